@@ -1,0 +1,1 @@
+//! SKELETON: `when` conditions in CEL; the helper implementing this module replaces this file.

@@ -1,0 +1,27 @@
+//! `cairn-core`: the pure heart of Cairn. No I/O, no async runtime, no clock reads.
+//!
+//! Everything here is a function of its inputs, so the orchestrator, the CLI, the planner and the tests share
+//! one definition of what a plan is and whether it may run.
+//!
+//! Module map:
+//! - [`plan`]: the `cairn/v1` plan model (serde + JSON Schema via schemars), defaults, limits.
+//! - [`document`]: text → JSON value (JSON or YAML) that refuses duplicate keys and reports line/column.
+//! - [`diagnostic`]: the `{severity, code, step_id, pointer, message, hint}` shape and its stable codes.
+//! - [`validate`]: static validation of a plan; returns every diagnostic at once.
+//! - [`catalog`]: the [`catalog::ActionCatalog`] trait the validator checks actions against, and the built-ins.
+//! - [`placeholder`]: the `$step.output.path` grammar: parsing, rendering and resolution against outputs.
+//! - [`condition`]: `when` expressions (CEL): compilation, step references, evaluation.
+//! - [`time_spec`]: `not_before` specs (`tomorrow 08:00`, `in 90m`, RFC 3339) resolved with a time zone.
+//! - [`retry`]: retry policies and the backoff/jitter maths (`next_delay`).
+//! - [`pointer`]: JSON pointer building (RFC 6901 escaping).
+
+pub mod catalog;
+pub mod condition;
+pub mod diagnostic;
+pub mod document;
+pub mod placeholder;
+pub mod plan;
+pub mod pointer;
+pub mod retry;
+pub mod time_spec;
+pub mod validate;

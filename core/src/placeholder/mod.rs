@@ -1,0 +1,1 @@
+//! SKELETON: placeholders; the helper implementing this module replaces this file.

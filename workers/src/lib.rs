@@ -1,0 +1,3 @@
+//! Cairn's worker runtime and built-in actions. Workers never touch the database.
+//!
+//! Empty until the worker issue lands.
