@@ -14,6 +14,9 @@
 //! - [`time_spec`]: `not_before` specs (`tomorrow 08:00`, `in 90m`, RFC 3339) resolved with a time zone.
 //! - [`retry`]: retry policies and the backoff/jitter maths (`next_delay`).
 //! - [`pointer`]: JSON pointer building (RFC 6901 escaping).
+//! - [`clock`]: the injected [`clock::Clock`] and a manual clock for tests.
+//! - [`state`]: run and step statuses; [`failure`]: failure records and codes.
+//! - [`machine`]: the pure state machine (retry/fail/outcome_unknown, trigger rules, skip propagation).
 
 pub mod catalog;
 pub mod condition;
@@ -25,3 +28,7 @@ pub mod pointer;
 pub mod retry;
 pub mod time_spec;
 pub mod validate;
+pub mod failure;
+pub mod machine;
+pub mod state;
+pub mod clock;

@@ -1,0 +1,67 @@
+//! Pass 6: actions — registered, args valid against the action's JSON Schema, grounded args present in the
+//! request text.
+//!
+//! Args holding placeholders cannot be checked until they are resolved at dispatch, so schema violations at a
+//! placeholder leaf (or inside a `{"$ref"}` object) are ignored here; everything around them is still checked.
+//! Grounding compares literal strings only, case-insensitively after NFC normalisation: it stops a model from
+//! inventing a city or a recipient the user never mentioned, not from paraphrasing.
+
+use unicode_normalization::UnicodeNormalization;
+
+use crate::catalog::ActionCatalog;
+use crate::diagnostic::{Code, Diagnostic, did_you_mean};
+use crate::placeholder;
+use crate::pointer;
+use crate::validate::shape::Parsed;
+
+pub(crate) fn check(parsed: &mut Parsed, catalog: &dyn ActionCatalog, out: &mut Vec<Diagnostic>) {
+    let source_text = parsed.header.context.source_text.as_deref().map(fold);
+    let default_idempotent = parsed.header.defaults.as_ref().and_then(|d| d.idempotent);
+    for slot in &mut parsed.slots {
+        let Some(step) = &mut slot.step else { continue };
+        let Some(entry) = catalog.get(&step.action) else {
+            let at = pointer::step_field(slot.index, "action");
+            let msg = format!("step `{}` uses action `{}`, which is not registered", step.id, step.action);
+            let d = Diagnostic::error(Code::UnknownAction, at, msg).step(&step.id);
+            let names = catalog.names();
+            out.push(match did_you_mean(&step.action, names.iter().copied()) {
+                Some(s) => d.hint(format!("did you mean `{s}`?")),
+                None => d.hint(format!("registered actions: {}", names.join(", "))),
+            });
+            continue;
+        };
+        let args_at = pointer::step_field(slot.index, "args");
+        let placeholder_leaves: Vec<String> = placeholder::references(&step.args).into_iter().map(|f| f.pointer).collect();
+        for problem in entry.check_args(&step.args) {
+            let unresolved = placeholder_leaves
+                .iter()
+                .any(|leaf| problem.pointer == *leaf || problem.pointer.starts_with(&format!("{leaf}/")));
+            if unresolved {
+                continue;
+            }
+            let msg = format!("args of `{}` do not fit action `{}`: {}", step.id, step.action, problem.message);
+            let hint = "see the action's args schema (`cairn schema action NAME` or GET /v1/actions)";
+            out.push(Diagnostic::error(Code::ArgsSchema, format!("{args_at}{}", problem.pointer), msg).step(&step.id).hint(hint));
+        }
+        if let Some(source) = &source_text {
+            for grounded in &entry.spec().grounded_args {
+                let Some(serde_json::Value::String(value)) = step.args.pointer(grounded) else { continue };
+                if placeholder_leaves.contains(grounded) || source.contains(&fold(value)) {
+                    continue;
+                }
+                let msg = format!("`{value}` (args{grounded} of `{}`) does not appear in context.source_text", step.id);
+                let hint = "use a value the request actually mentions, or ask the user";
+                out.push(Diagnostic::error(Code::UngroundedArg, format!("{args_at}{grounded}"), msg).step(&step.id).hint(hint));
+            }
+        }
+        if step.idempotent.is_none() && default_idempotent.is_none() {
+            step.idempotent = Some(entry.spec().effect.is_idempotent());
+        }
+    }
+}
+
+/// NFC, lower case, whitespace collapsed: the form grounded values are compared in.
+fn fold(text: &str) -> String {
+    let lowered: String = text.nfc().flat_map(char::to_lowercase).collect();
+    lowered.split_whitespace().collect::<Vec<_>>().join(" ")
+}
