@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, operators};
+use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, MapExpr, StructExpr, operators};
 use cel::objects::{Key, Map};
 use cel::{Context, Env, Program, Value};
 
@@ -47,7 +47,8 @@ pub struct ConditionScope {
     pub steps: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Why a condition could not be compiled or evaluated. Every variant carries the expression as written.
+/// Why a condition could not be compiled or evaluated. Every variant carries the expression as written. None is
+/// retryable: evaluation is deterministic, so the same expression and scope always fail the same way.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConditionError {
     /// The expression is not valid CEL; `line` and `column` (1-based, in the CEL text after the placeholder
@@ -167,28 +168,13 @@ pub fn rewrite_placeholders(expr: &str) -> String {
     let mut out = String::with_capacity(expr.len() + 16);
     let mut rest = expr;
     while let Some(c) = rest.chars().next() {
-        let taken = match c {
-            '\'' | '"' => {
-                let len = string_literal_len(rest, is_raw_prefix(&out));
-                out.push_str(&rest[..len]);
-                len
-            }
-            '$' => match placeholder(rest) {
-                Some((cel, len)) => {
-                    out.push_str(&cel);
-                    len
-                }
-                None => {
-                    out.push('$');
-                    1
-                }
-            },
-            _ => {
-                out.push(c);
-                c.len_utf8()
-            }
+        let (replacement, len) = match c {
+            '\'' | '"' => (None, string_literal_len(rest, is_raw_prefix(&out))),
+            '$' => placeholder(rest).map_or((None, 1), |(cel, len)| (Some(cel), len)),
+            _ => (None, c.len_utf8()),
         };
-        rest = &rest[taken..];
+        out.push_str(replacement.as_deref().unwrap_or(&rest[..len]));
+        rest = &rest[len..];
     }
     out
 }
@@ -208,26 +194,24 @@ fn is_raw_prefix(before: &str) -> bool {
 
 /// Byte length of the string literal at the start of `text` (quote included); the rest of `text` if unclosed.
 fn string_literal_len(text: &str, raw: bool) -> usize {
-    let quote = if text.starts_with('"') { "\"" } else { "'" };
-    let delimiter = if text[1..].starts_with(&quote.repeat(2)) {
-        quote.repeat(3)
+    let (quote, triple) = if text.starts_with('"') {
+        ("\"", "\"\"\"")
     } else {
-        quote.to_owned()
+        ("'", "'''")
     };
-    let mut i = delimiter.len();
-    while i < text.len() {
-        let rest = &text[i..];
-        if rest.starts_with(delimiter.as_str()) {
+    let delimiter = if text.starts_with(triple) {
+        triple
+    } else {
+        quote
+    };
+    let mut chars = text.char_indices().skip(delimiter.len());
+    while let Some((i, c)) = chars.next() {
+        if text[i..].starts_with(delimiter) {
             return i + delimiter.len();
         }
-        let step = rest.chars().next().map_or(1, char::len_utf8);
-        let escaped = !raw && rest.starts_with('\\');
-        i += step
-            + if escaped {
-                rest[1..].chars().next().map_or(0, char::len_utf8)
-            } else {
-                0
-            };
+        if c == '\\' && !raw {
+            chars.next();
+        }
     }
     text.len()
 }
@@ -305,29 +289,23 @@ fn collect_references(node: &IdedExpr, shadowed: bool, out: &mut Vec<String>) {
                 collect_references(child, inner, out);
             }
         }
-        Expr::List(list) => list
-            .elements
-            .iter()
-            .for_each(|e| collect_references(e, shadowed, out)),
-        Expr::Map(map) => map
-            .entries
-            .iter()
-            .for_each(|e| collect_entry(&e.expr, shadowed, out)),
-        Expr::Struct(s) => s
-            .entries
-            .iter()
-            .for_each(|e| collect_entry(&e.expr, shadowed, out)),
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-    }
-}
-
-fn collect_entry(entry: &EntryExpr, shadowed: bool, out: &mut Vec<String>) {
-    match entry {
-        EntryExpr::MapEntry(e) => {
-            collect_references(&e.key, shadowed, out);
-            collect_references(&e.value, shadowed, out);
+        Expr::List(list) => {
+            for element in &list.elements {
+                collect_references(element, shadowed, out);
+            }
         }
-        EntryExpr::StructField(f) => collect_references(&f.value, shadowed, out),
+        Expr::Map(MapExpr { entries }) | Expr::Struct(StructExpr { entries, .. }) => {
+            for entry in entries {
+                match &entry.expr {
+                    EntryExpr::MapEntry(e) => {
+                        collect_references(&e.key, shadowed, out);
+                        collect_references(&e.value, shadowed, out);
+                    }
+                    EntryExpr::StructField(f) => collect_references(&f.value, shadowed, out),
+                }
+            }
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
     }
 }
 

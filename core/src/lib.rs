@@ -19,16 +19,16 @@
 //! - [`machine`]: the pure state machine (retry/fail/outcome_unknown, trigger rules, skip propagation).
 
 pub mod catalog;
+pub mod clock;
 pub mod condition;
 pub mod diagnostic;
 pub mod document;
+pub mod failure;
+pub mod machine;
 pub mod placeholder;
 pub mod plan;
 pub mod pointer;
 pub mod retry;
+pub mod state;
 pub mod time_spec;
 pub mod validate;
-pub mod failure;
-pub mod machine;
-pub mod state;
-pub mod clock;

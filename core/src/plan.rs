@@ -168,10 +168,24 @@ fn empty_object() -> Value {
     Value::Object(serde_json::Map::new())
 }
 
+impl TriggerRule {
+    /// The stable snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerRule::AllSuccess => "all_success",
+            TriggerRule::AllDone => "all_done",
+            TriggerRule::NoneFailed => "none_failed",
+            TriggerRule::OneSuccess => "one_success",
+        }
+    }
+}
+
 impl Plan {
     /// Copies `defaults` into every step field that is absent. Fields a step sets itself are kept.
     pub fn apply_defaults(&mut self) {
-        let Some(defaults) = self.defaults.clone() else { return };
+        let Some(defaults) = self.defaults.clone() else {
+            return;
+        };
         for step in &mut self.steps {
             step.timeout_ms = step.timeout_ms.or(defaults.timeout_ms);
             step.heartbeat_timeout_ms = step.heartbeat_timeout_ms.or(defaults.heartbeat_timeout_ms);
@@ -198,6 +212,11 @@ impl Step {
     /// The effective trigger rule (`all_success` when unset).
     pub fn effective_trigger_rule(&self) -> TriggerRule {
         self.trigger_rule.unwrap_or_default()
+    }
+
+    /// The effective trigger rule's stable name, e.g. `all_success`.
+    pub fn effective_trigger_rule_name(&self) -> String {
+        self.effective_trigger_rule().as_str().to_owned()
     }
 }
 

@@ -349,8 +349,10 @@ mod tests {
                 "coefficient {c}"
             );
         }
-        let mut zero_attempts = RetryPolicy::default();
-        zero_attempts.max_attempts = 0;
+        let zero_attempts = RetryPolicy {
+            max_attempts: 0,
+            ..RetryPolicy::default()
+        };
         assert_eq!(fields(&zero_attempts), ["max_attempts"]);
         assert_eq!(
             fields(&policy(100, 2.0, 50, Jitter::Full)),

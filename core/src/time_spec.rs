@@ -67,7 +67,8 @@ pub struct Resolved {
     pub local: Option<String>,
 }
 
-/// Why a spec could not be parsed or resolved.
+/// Why a spec could not be parsed or resolved. None is retryable: the same spec, `now` and zone always give
+/// the same error, so the spec (or the zone) has to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TimeSpecError {
     /// The text matches none of the accepted forms; `reason` says what went wrong and the message lists the forms.
@@ -389,7 +390,9 @@ mod tests {
             "2027-03-14 02:30 | 2027-01-01T00:00Z | America/New_York | 2027-03-14T07:00:00Z | 2027-03-14T02:30 America/New_York
              2027-03-14T02:00 | 2027-01-01T00:00Z | America/New_York | 2027-03-14T07:00:00Z | 2027-03-14T02:00 America/New_York
              2027-03-14 03:00 | 2027-01-01T00:00Z | America/New_York | 2027-03-14T07:00:00Z | 2027-03-14T03:00 America/New_York
-             2027-11-07 01:30 | 2027-01-01T00:00Z | America/New_York | 2027-11-07T05:30:00Z | 2027-11-07T01:30 America/New_York",
+             2027-11-07 01:30 | 2027-01-01T00:00Z | America/New_York | 2027-11-07T05:30:00Z | 2027-11-07T01:30 America/New_York
+             2011-12-30 12:00 Pacific/Apia | 2011-01-01T00:00Z | UTC | 2011-12-30T10:00:00Z | 2011-12-30T12:00 Pacific/Apia
+             2027-10-03 02:15 | 2027-01-01T00:00Z | Australia/Lord_Howe | 2027-10-02T15:30:00Z | 2027-10-03T02:15 Australia/Lord_Howe",
         );
     }
 

@@ -1,3 +1,314 @@
-//! Cairn's persistence layer: every SQL statement for SQLite and PostgreSQL lives here.
+//! `cairn-store`: Cairn's persistence. Every SQL statement lives here; nothing else talks to the database.
 //!
-//! Empty until the durable-core issue lands (schema, migrations, the store contract and its two backends).
+//! One interface, [`Store`], over two backends: SQLite (embedded default, one orchestrator process) and
+//! PostgreSQL (production, many orchestrators). The transactional algorithms are written once in [`flow`]
+//! against the statement traits in [`tx`]; each backend implements those traits with its own SQL where the
+//! dialects differ (`sqlite.rs`, `postgres.rs`) and the shared SQL otherwise (`sql.rs`).
+//!
+//! Module map:
+//! - [`model`]: data in and out (leases, claims, summaries); times are epoch milliseconds.
+//! - [`error`]: [`StoreError`], with which failures are retryable.
+//! - `flow`: submit, claim, finish (complete/fail), settle (the cascade), control (cancel, operator, reaper).
+//! - `read`: queries for the API and CLI (runs, steps, attempts, events).
+//! - `tx`, `sql`, `rows`, `sqlite`, `postgres`: statements and rows.
+//!
+//! Every method takes `now` from the caller (the orchestrator's injected clock): SQL never decides with `now()`.
+
+pub mod error;
+mod flow;
+pub mod model;
+mod postgres;
+mod read;
+mod rows;
+mod sql;
+mod sqlite;
+mod tx;
+
+use sqlx::{PgPool, SqlitePool};
+
+pub use error::{StoreError, StoreResult};
+pub use flow::control::OperatorAction;
+pub use flow::finish::{Report, ReportLimits};
+pub use model::*;
+
+/// SQLite migrations (`migrations/sqlite`), embedded in the binary.
+pub static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+/// PostgreSQL migrations (`migrations/postgres`), embedded in the binary.
+pub static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// The store: one of the two backends. Cheap to clone (pools are shared).
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// Embedded SQLite.
+    Sqlite(SqlitePool),
+    /// PostgreSQL.
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$tx` bound to a new write transaction, appends the collected `$events`, and commits.
+macro_rules! in_tx {
+    ($self:expr, |$tx:ident, $events:ident| $body:expr) => {
+        match $self {
+            Store::Sqlite(pool) => {
+                let mut $tx = sqlite::begin(pool).await?;
+                let mut $events = Vec::new();
+                let out = $body;
+                tx::StepTx::events_insert(&mut $tx, &$events).await?;
+                $tx.commit().await?;
+                Ok(out)
+            }
+            Store::Postgres(pool) => {
+                let mut $tx = pool.begin().await?;
+                let mut $events = Vec::new();
+                let out = $body;
+                tx::StepTx::events_insert(&mut $tx, &$events).await?;
+                $tx.commit().await?;
+                Ok(out)
+            }
+        }
+    };
+}
+
+impl Store {
+    /// Connects to `url` (`sqlite:PATH`, `sqlite::memory:`, `postgres://…`) and applies pending migrations.
+    ///
+    /// # Errors
+    /// [`StoreError::UnsupportedUrl`] for another scheme; [`StoreError::Database`] when the database cannot be
+    /// reached (retryable); [`StoreError::Migrate`] when migrations fail.
+    pub async fn connect(url: &str) -> StoreResult<Store> {
+        let store = if url.starts_with("sqlite:") {
+            Store::Sqlite(sqlite::connect(url).await?)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Store::Postgres(postgres::connect(url).await?)
+        } else {
+            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Applies pending migrations (idempotent).
+    ///
+    /// # Errors
+    /// [`StoreError::Migrate`].
+    pub async fn migrate(&self) -> StoreResult<()> {
+        match self {
+            Store::Sqlite(pool) => SQLITE_MIGRATIONS.run(pool).await?,
+            Store::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await?,
+        }
+        Ok(())
+    }
+
+    /// Backend name: `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Stores a validated plan as a new run, deciding its root steps, in one transaction.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable; nothing was stored).
+    pub async fn create_run(&self, run: &NewRun) -> StoreResult<CreateOutcome> {
+        match self.create_once(run).await {
+            // A concurrent submit with the same idempotency key won the unique index: report its run.
+            Err(StoreError::Database(e))
+                if run.idempotency_key.is_some() && is_unique_violation(&e) =>
+            {
+                self.create_once(run).await
+            }
+            other => other,
+        }
+    }
+
+    async fn create_once(&self, run: &NewRun) -> StoreResult<CreateOutcome> {
+        in_tx!(self, |tx, events| flow::submit::create(
+            &mut tx,
+            run,
+            &mut events
+        )
+        .await?)
+    }
+
+    /// Leases up to `req.limit` due ready steps of the given actions, with resolved args. Steps whose
+    /// placeholders cannot be resolved fail with `placeholder_unresolved` instead of being returned.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable; nothing was leased).
+    pub async fn claim(&self, req: &ClaimRequest, lease_ttl_ms: i64) -> StoreResult<Vec<Claimed>> {
+        in_tx!(self, |tx, events| flow::claim::claim(
+            &mut tx,
+            req,
+            lease_ttl_ms,
+            &mut events
+        )
+        .await?)
+    }
+
+    /// Accepts a result under `lease`; stale reports change nothing ([`Report::Stale`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable: the report was not recorded; the worker should resend it).
+    pub async fn complete(
+        &self,
+        lease: &Lease,
+        output: &serde_json::Value,
+        limits: ReportLimits,
+        now_ms: i64,
+    ) -> StoreResult<Report> {
+        in_tx!(self, |tx, events| flow::finish::complete(
+            &mut tx,
+            lease,
+            output,
+            limits,
+            now_ms,
+            &mut events
+        )
+        .await?)
+    }
+
+    /// Records a failed attempt under `lease` and decides retry, failure or `outcome_unknown`.
+    /// `sample` ∈ `[0, 1)` drives jitter.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn fail(
+        &self,
+        lease: &Lease,
+        failure: &cairn_core::failure::Failure,
+        sample: f64,
+        now_ms: i64,
+    ) -> StoreResult<Report> {
+        in_tx!(self, |tx, events| flow::finish::fail(
+            &mut tx,
+            lease,
+            failure,
+            sample,
+            now_ms,
+            &mut events
+        )
+        .await?)
+    }
+
+    /// Extends `lease` (and saves `checkpoint`); [`HeartbeatOutcome::Gone`] tells the worker to stop.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn heartbeat(
+        &self,
+        lease: &Lease,
+        checkpoint: Option<&serde_json::Value>,
+        lease_ttl_ms: i64,
+        now_ms: i64,
+    ) -> StoreResult<HeartbeatOutcome> {
+        let checkpoint = checkpoint.map(serde_json::Value::to_string);
+        in_tx!(self, |tx, _events| tx::DialectTx::heartbeat(
+            &mut tx,
+            lease,
+            checkpoint.as_deref(),
+            lease_ttl_ms,
+            now_ms
+        )
+        .await?)
+    }
+
+    /// Fails up to `limit` attempts whose lease expired at or before `now_ms`. Returns how many.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn reap(&self, now_ms: i64, limit: i64, sample: f64) -> StoreResult<usize> {
+        in_tx!(self, |tx, events| flow::control::reap(
+            &mut tx,
+            now_ms,
+            limit,
+            sample,
+            &mut events
+        )
+        .await?)
+    }
+
+    /// Cancels a run and all its open steps; false when it does not exist or already finished.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn cancel_run(&self, run_id: &str, now_ms: i64) -> StoreResult<bool> {
+        in_tx!(self, |tx, events| flow::control::cancel_run(
+            &mut tx,
+            run_id,
+            now_ms,
+            &mut events
+        )
+        .await?)
+    }
+
+    /// Applies an operator or approval decision; false when the step is not in the state it applies to.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn operate(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        action: OperatorAction,
+        actor: &str,
+        now_ms: i64,
+    ) -> StoreResult<bool> {
+        in_tx!(self, |tx, events| flow::control::operate(
+            &mut tx,
+            run_id,
+            step_id,
+            action,
+            actor,
+            now_ms,
+            &mut events
+        )
+        .await?)
+    }
+}
+
+impl Store {
+    /// Fails a run whose persisted steps are incomplete: open steps are cancelled (so nothing else is
+    /// dispatched) and the run is `failed` with an `integrity_error` root cause.
+    async fn fail_run_integrity(
+        &self,
+        run_id: &str,
+        expected: i64,
+        found: i64,
+        now_ms: i64,
+    ) -> StoreResult<()> {
+        let failure = serde_json::json!({
+            "step_id": null, "code": cairn_core::failure::codes::INTEGRITY_ERROR,
+            "message": format!("the run has {found} step rows but its plan has {expected}: persisted state is corrupt"),
+            "suggestion": "replan",
+        });
+        let text = failure.to_string();
+        in_tx!(self, |tx, events| {
+            for (step_id, _, _) in tx::StepTx::steps_cancel(&mut tx, run_id, now_ms).await? {
+                events.push(flow::event(
+                    run_id,
+                    Some(&step_id),
+                    "step_cancelled",
+                    serde_json::json!({"reason": "integrity_error"}),
+                    now_ms,
+                ));
+            }
+            tx::StepTx::attempts_cancel(&mut tx, run_id, now_ms).await?;
+            if tx::StepTx::run_finish(&mut tx, run_id, "failed", Some(&text), now_ms).await? {
+                events.push(flow::event(
+                    run_id,
+                    None,
+                    "run_failed",
+                    failure.clone(),
+                    now_ms,
+                ));
+            }
+        })
+    }
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.is_unique_violation())
+}

@@ -2,7 +2,10 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{AfterFailure, Event, FailedAttempt, Readiness, Transition, after_failure, readiness, run_outcome};
+use super::{
+    AfterFailure, Event, FailedAttempt, Readiness, Transition, after_failure, readiness,
+    run_outcome,
+};
 use crate::condition::{Condition, ConditionScope};
 use crate::plan::Plan;
 use crate::retry::RetryPolicy;
@@ -120,7 +123,13 @@ impl RunGraph {
         out
     }
 
-    fn fail(&mut self, i: usize, failure: &crate::failure::Failure, sample: f64, out: &mut Vec<Transition>) {
+    fn fail(
+        &mut self,
+        i: usize,
+        failure: &crate::failure::Failure,
+        sample: f64,
+        out: &mut Vec<Transition>,
+    ) {
         let default_policy = RetryPolicy::default();
         let step = &self.plan.steps[i];
         let failed = FailedAttempt {
@@ -132,7 +141,10 @@ impl RunGraph {
         match after_failure(failed, sample) {
             AfterFailure::Retry { delay } => {
                 self.set(i, StepStatus::Ready, out);
-                out.push(Transition::RetryScheduled { step: self.plan.steps[i].id.clone(), delay });
+                out.push(Transition::RetryScheduled {
+                    step: self.plan.steps[i].id.clone(),
+                    delay,
+                });
             }
             AfterFailure::Fail => self.finish(i, StepStatus::Failed, out),
             AfterFailure::OutcomeUnknown => self.set(i, StepStatus::OutcomeUnknown, out),
@@ -173,13 +185,24 @@ impl RunGraph {
                 self.set(c, decided, out);
                 work.extend(self.dependents[c].iter().copied());
             } else {
-                let approval = self.plan.steps[c].approval.as_ref().is_some_and(|a| a.required);
-                let to = if approval { StepStatus::WaitingApproval } else { StepStatus::Ready };
+                let approval = self.plan.steps[c]
+                    .approval
+                    .as_ref()
+                    .is_some_and(|a| a.required);
+                let to = if approval {
+                    StepStatus::WaitingApproval
+                } else {
+                    StepStatus::Ready
+                };
                 self.set(c, to, out);
             }
         }
         if self.run == RunStatus::Running && self.status.iter().all(|s| s.is_final()) {
-            let failed = self.status.iter().filter(|s| **s == StepStatus::Failed).count();
+            let failed = self
+                .status
+                .iter()
+                .filter(|s| **s == StepStatus::Failed)
+                .count();
             self.run = run_outcome(false, failed);
             out.push(Transition::Run(self.run));
         }
@@ -187,16 +210,26 @@ impl RunGraph {
 
     /// `Ready` when `when` is absent or true, `Skipped` when false, `Failed` when it cannot be evaluated.
     fn when_holds(&self, c: usize) -> StepStatus {
-        let Some(expr) = &self.plan.steps[c].when else { return StepStatus::Ready };
-        let Ok(condition) = Condition::compile(expr) else { return StepStatus::Failed };
+        let Some(expr) = &self.plan.steps[c].when else {
+            return StepStatus::Ready;
+        };
+        let Ok(condition) = Condition::compile(expr) else {
+            return StepStatus::Failed;
+        };
         let mut steps = Map::new();
         for id in condition.step_references() {
             if let Some(p) = self.index(&id) {
                 let output = self.outputs[p].clone().unwrap_or(Value::Null);
-                steps.insert(id, json!({"output": output, "status": self.status[p].as_str()}));
+                steps.insert(
+                    id,
+                    json!({"output": output, "status": self.status[p].as_str()}),
+                );
             }
         }
-        let scope = ConditionScope { input: self.input.clone(), steps };
+        let scope = ConditionScope {
+            input: self.input.clone(),
+            steps,
+        };
         match condition.evaluate(&scope) {
             Ok(true) => StepStatus::Ready,
             Ok(false) => StepStatus::Skipped,
@@ -206,7 +239,10 @@ impl RunGraph {
 
     fn set(&mut self, i: usize, to: StepStatus, out: &mut Vec<Transition>) {
         self.status[i] = to;
-        out.push(Transition::Step { step: self.plan.steps[i].id.clone(), to });
+        out.push(Transition::Step {
+            step: self.plan.steps[i].id.clone(),
+            to,
+        });
     }
 
     fn index(&self, id: &str) -> Option<usize> {

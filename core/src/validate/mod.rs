@@ -42,7 +42,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_steps: 1000, min_timeout_ms: 1000, max_timeout_ms: 24 * 3600 * 1000 }
+        Self {
+            max_steps: 1000,
+            min_timeout_ms: 1000,
+            max_timeout_ms: 24 * 3600 * 1000,
+        }
     }
 }
 
@@ -62,7 +66,11 @@ impl Report {
     fn new(mut diagnostics: Vec<Diagnostic>, plan: Option<Plan>) -> Self {
         diagnostics.sort_by_key(|d| pointer_order(&d.pointer));
         let valid = !diagnostics.iter().any(Diagnostic::is_error);
-        Self { valid, plan: if valid { plan } else { None }, diagnostics }
+        Self {
+            valid,
+            plan: if valid { plan } else { None },
+            diagnostics,
+        }
     }
 
     /// Only the errors.
@@ -84,7 +92,12 @@ fn pointer_order(pointer: &str) -> (usize, usize) {
 }
 
 /// Parses `text` (JSON or YAML) and validates it. A parse failure is reported as a single diagnostic.
-pub fn validate_text(text: &str, format: Format, catalog: &dyn ActionCatalog, limits: &Limits) -> Report {
+pub fn validate_text(
+    text: &str,
+    format: Format,
+    catalog: &dyn ActionCatalog,
+    limits: &Limits,
+) -> Report {
     match document::parse(text, format) {
         Ok(value) => validate_value(&value, catalog, limits),
         Err(failure) => Report::new(vec![failure.into()], None),

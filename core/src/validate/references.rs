@@ -19,7 +19,12 @@ struct Lookup<'a> {
     ancestry: Option<&'a Ancestry>,
 }
 
-pub(crate) fn check(slots: &[Slot], graph: &Graph, ancestry: Option<&Ancestry>, out: &mut Vec<Diagnostic>) {
+pub(crate) fn check(
+    slots: &[Slot],
+    graph: &Graph,
+    ancestry: Option<&Ancestry>,
+    out: &mut Vec<Diagnostic>,
+) {
     let mut index_of = HashMap::with_capacity(slots.len());
     for slot in slots {
         if let Some(id) = slot.id.as_deref() {
@@ -31,7 +36,11 @@ pub(crate) fn check(slots: &[Slot], graph: &Graph, ancestry: Option<&Ancestry>, 
     for &i in &graph.order {
         settled[i] = true;
     }
-    let lookup = Lookup { index_of, settled, ancestry };
+    let lookup = Lookup {
+        index_of,
+        settled,
+        ancestry,
+    };
     for slot in slots {
         let Some(step) = &slot.step else { continue };
         let args_at = pointer::step_field(slot.index, "args");
@@ -41,11 +50,15 @@ pub(crate) fn check(slots: &[Slot], graph: &Graph, ancestry: Option<&Ancestry>, 
                 Err(e) => {
                     let msg = format!("bad placeholder in `{}`: {e}", found.text);
                     let hint = "write `$step.output.field`, `${step.output.field}` inside text, or `$$` for a literal `$`";
-                    out.push(Diagnostic::error(Code::PlaceholderSyntax, at, msg).step(&step.id).hint(hint));
+                    out.push(
+                        Diagnostic::error(Code::PlaceholderSyntax, at, msg)
+                            .step(&step.id)
+                            .hint(hint),
+                    );
                 }
                 Ok(reference) => {
                     if let Root::Step(producer) = &reference.root {
-                        lookup.check(slot, &step.id, producer, &found.text, &at, out);
+                        lookup.check(slot, &step.id, producer, &found.placeholder, &at, out);
                     }
                 }
             }
@@ -62,28 +75,55 @@ pub(crate) fn check(slots: &[Slot], graph: &Graph, ancestry: Option<&Ancestry>, 
 }
 
 impl Lookup<'_> {
-    fn check(&self, slot: &Slot, id: &str, producer: &str, text: &str, at: &str, out: &mut Vec<Diagnostic>) {
+    fn check(
+        &self,
+        slot: &Slot,
+        id: &str,
+        producer: &str,
+        text: &str,
+        at: &str,
+        out: &mut Vec<Diagnostic>,
+    ) {
         let Some(&p) = self.index_of.get(producer) else {
-            let msg = format!("`{text}` refers to step `{producer}`, which is not a step of this plan");
+            let msg =
+                format!("`{text}` refers to step `{producer}`, which is not a step of this plan");
             let d = Diagnostic::error(Code::PlaceholderUnknownStep, at, msg).step(id);
-            out.push(match did_you_mean(producer, self.index_of.keys().copied()) {
-                Some(s) => d.hint(format!("did you mean `{s}`? (write `$$` for a literal `$`)")),
-                None => d.hint("name an existing step, use `$input…`, or write `$$` for a literal `$`"),
-            });
+            out.push(
+                match did_you_mean(producer, self.index_of.keys().copied()) {
+                    Some(s) => d.hint(format!(
+                        "did you mean `{s}`? (write `$$` for a literal `$`)"
+                    )),
+                    None => d.hint(
+                        "name an existing step, use `$input…`, or write `$$` for a literal `$`",
+                    ),
+                },
+            );
             return;
         };
         if p == slot.index {
-            let msg = format!("`{text}` refers to the output of step `{id}` itself, which does not exist yet");
-            out.push(Diagnostic::error(Code::PlaceholderNotAncestor, at, msg).step(id).hint("refer to a dependency's output instead"));
+            let msg = format!(
+                "`{text}` refers to the output of step `{id}` itself, which does not exist yet"
+            );
+            out.push(
+                Diagnostic::error(Code::PlaceholderNotAncestor, at, msg)
+                    .step(id)
+                    .hint("refer to a dependency's output instead"),
+            );
             return;
         }
-        let Some(ancestry) = self.ancestry else { return };
+        let Some(ancestry) = self.ancestry else {
+            return;
+        };
         if self.settled[slot.index] && !ancestry.is_ancestor(p, slot.index) {
             let msg = format!(
                 "`{text}` refers to step `{producer}`, which is not a (transitive) dependency of `{id}`: its output might not exist yet"
             );
             let hint = format!("add `{producer}` to depends_on of `{id}`");
-            out.push(Diagnostic::error(Code::PlaceholderNotAncestor, at, msg).step(id).hint(hint));
+            out.push(
+                Diagnostic::error(Code::PlaceholderNotAncestor, at, msg)
+                    .step(id)
+                    .hint(hint),
+            );
         }
     }
 }

@@ -1,0 +1,41 @@
+//! Store errors. Each variant says whether the caller may retry the operation.
+
+/// What went wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database failed or is unreachable (connection lost, restart, lock timeout). Retryable: nothing was
+    /// committed, so the operation may be repeated as a whole.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Migrations could not be applied. Not retryable without operator action.
+    #[error("migration error: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Stored data could not be decoded (corruption or a manual edit). Not retryable.
+    #[error("corrupt data in {what}: {message}")]
+    Corrupt {
+        /// What was being read.
+        what: &'static str,
+        /// Why it is unusable.
+        message: String,
+    },
+    /// The database URL is not `sqlite:…` or `postgres://…`. Not retryable.
+    #[error("unsupported database URL `{0}`: use sqlite:PATH or postgres://…")]
+    UnsupportedUrl(String),
+}
+
+impl StoreError {
+    /// Whether repeating the whole operation may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Database(_))
+    }
+
+    pub(crate) fn corrupt(what: &'static str, message: impl std::fmt::Display) -> Self {
+        StoreError::Corrupt {
+            what,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// Result alias for store operations.
+pub type StoreResult<T> = Result<T, StoreError>;

@@ -1,0 +1,149 @@
+//! Claiming ready steps and resolving their placeholders (contract §3, §6).
+//!
+//! The claim itself is one statement per dialect (PostgreSQL `FOR UPDATE SKIP LOCKED`, SQLite `UPDATE …
+//! RETURNING`), so two claimers never lease the same step. In the same transaction each claimed step gets an
+//! attempt row and a `step_started` event, and its args are resolved from persisted outputs. A step whose args
+//! cannot be resolved fails right there with `placeholder_unresolved` (not retried) and is not handed out.
+
+use std::collections::{HashMap, HashSet};
+
+use cairn_core::failure::{Failure, codes};
+use cairn_core::placeholder::{self, Producer, Root, Scope};
+use serde_json::{Value, json};
+
+use super::event;
+use super::finish::fail;
+use crate::error::{StoreError, StoreResult};
+use crate::model::{ClaimRequest, Claimed, Lease};
+use crate::rows::{ClaimedRow, EventInsert};
+use crate::tx::DialectTx;
+
+/// Leases up to `req.limit` due steps and returns them with resolved args.
+pub(crate) async fn claim<T: DialectTx>(
+    tx: &mut T,
+    req: &ClaimRequest,
+    lease_ttl_ms: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<Vec<Claimed>> {
+    let rows = tx.claim(req, lease_ttl_ms).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    let mut started_runs = HashSet::new();
+    for row in rows {
+        let lease = Lease {
+            run_id: row.run_id.clone(),
+            step_id: row.step_id.clone(),
+            attempt: u32::try_from(row.attempt)
+                .map_err(|e| StoreError::corrupt("steps.attempt", e))?,
+            worker_id: req.worker_id.clone(),
+        };
+        tx.attempt_insert(&lease, &row.action, req.now_ms).await?;
+        if started_runs.insert(row.run_id.clone()) {
+            tx.run_mark_running(&row.run_id, req.now_ms).await?;
+        }
+        let data = json!({"attempt": lease.attempt, "worker_id": req.worker_id});
+        events.push(event(
+            &row.run_id,
+            Some(&row.step_id),
+            "step_started",
+            data,
+            req.now_ms,
+        ));
+        match resolve(tx, &row).await? {
+            Ok(args) => out.push(claimed(row, lease, args)?),
+            Err(failure) => {
+                fail(tx, &lease, &failure, 0.0, req.now_ms, events).await?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn claimed(row: ClaimedRow, lease: Lease, args: Value) -> StoreResult<Claimed> {
+    let checkpoint = match row.checkpoint.as_deref() {
+        Some(text) => Some(
+            serde_json::from_str(text).map_err(|e| StoreError::corrupt("steps.checkpoint", e))?,
+        ),
+        None => None,
+    };
+    Ok(Claimed {
+        idempotency_key: format!("{}/{}", row.run_id, row.step_id),
+        lease,
+        action: row.action,
+        args,
+        deadline_ms: row.deadline_at,
+        timeout_ms: row.timeout_ms,
+        heartbeat_timeout_ms: row.heartbeat_timeout_ms,
+        checkpoint,
+    })
+}
+
+/// Producers' statuses and outputs, as read in the claiming transaction.
+struct Outputs {
+    input: Value,
+    steps: HashMap<String, (String, Value)>,
+}
+
+impl Scope for Outputs {
+    fn input(&self) -> &Value {
+        &self.input
+    }
+    fn producer(&self, step_id: &str) -> Producer<'_> {
+        match self.steps.get(step_id) {
+            Some((status, output)) if status == "succeeded" => Producer::Output(output),
+            Some((status, _)) if status == "skipped" => Producer::Skipped,
+            Some((status, _)) if status == "failed" || status == "cancelled" => Producer::Failed,
+            _ => Producer::Pending,
+        }
+    }
+}
+
+/// Resolves the row's args; `Ok(Err(failure))` when a placeholder cannot be resolved.
+async fn resolve<T: DialectTx>(
+    tx: &mut T,
+    row: &ClaimedRow,
+) -> StoreResult<Result<Value, Failure>> {
+    let args: Value =
+        serde_json::from_str(&row.args).map_err(|e| StoreError::corrupt("steps.args", e))?;
+    let found = placeholder::references(&args);
+    if found.is_empty() {
+        return Ok(Ok(args));
+    }
+    let mut outputs = Outputs {
+        input: Value::Null,
+        steps: HashMap::new(),
+    };
+    let mut needs_input = false;
+    for f in &found {
+        match &f.result {
+            Ok(r) => match &r.root {
+                Root::Input => needs_input = true,
+                Root::Step(id) if !outputs.steps.contains_key(id) => {
+                    if let Some(state) = tx.step_state(&row.run_id, id).await? {
+                        let output = match state.output.as_deref() {
+                            Some(text) => serde_json::from_str(text)
+                                .map_err(|e| StoreError::corrupt("steps.output", e))?,
+                            None => Value::Null,
+                        };
+                        outputs.steps.insert(id.clone(), (state.status, output));
+                    }
+                }
+                Root::Step(_) => {}
+            },
+            Err(_) => {}
+        }
+    }
+    if needs_input {
+        let text = tx
+            .run_input(&row.run_id)
+            .await?
+            .unwrap_or_else(|| "null".into());
+        outputs.input =
+            serde_json::from_str(&text).map_err(|e| StoreError::corrupt("runs.input", e))?;
+    }
+    Ok(placeholder::resolve_args(&args, &outputs).map_err(|e| {
+        let mut failure = Failure::new(codes::PLACEHOLDER_UNRESOLVED, e.to_string(), false);
+        failure.details =
+            json!({"placeholder": e.placeholder, "arg_path": e.arg_path, "reason": e.kind});
+        failure
+    }))
+}

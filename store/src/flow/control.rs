@@ -1,0 +1,142 @@
+//! Cancellation, operator decisions, approvals and the lease reaper.
+
+use cairn_core::failure::{Failure, codes};
+use serde_json::json;
+
+use super::event;
+use super::finish::{Report, fail};
+use super::settle::after_final;
+use crate::error::StoreResult;
+use crate::model::Lease;
+use crate::rows::EventInsert;
+use crate::tx::{DialectTx, StepTx};
+
+/// Cancels a run and every open step: pending, ready (including those waiting on a timer or a retry backoff),
+/// running (the lease ends, late reports are ignored, heartbeats answer "gone"), waiting for approval, and parked
+/// as `outcome_unknown`. Returns false when the run does not exist or already finished.
+pub(crate) async fn cancel_run<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<bool> {
+    if !tx.run_cancel(run_id, now).await? {
+        return Ok(false);
+    }
+    for (step_id, attempt, _) in tx.steps_cancel(run_id, now).await? {
+        events.push(event(
+            run_id,
+            Some(&step_id),
+            "step_cancelled",
+            json!({"attempt": attempt}),
+            now,
+        ));
+    }
+    tx.attempts_cancel(run_id, now).await?;
+    events.push(event(run_id, None, "run_cancelled", json!({}), now));
+    Ok(true)
+}
+
+/// What an operator (or an approver) decides about a parked step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorAction {
+    /// `outcome_unknown` → run it again (a new attempt).
+    Retry,
+    /// `outcome_unknown` → `skipped` (dependents follow their trigger rules).
+    Skip,
+    /// `outcome_unknown` → `failed`.
+    Fail,
+    /// `waiting_approval` → ready.
+    Approve,
+    /// `waiting_approval` → failed.
+    Reject,
+}
+
+/// Applies an operator decision; false when the step is not in the state the action applies to.
+pub(crate) async fn operate<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    step_id: &str,
+    action: OperatorAction,
+    actor: &str,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<bool> {
+    let (from, to, kind) = match action {
+        OperatorAction::Retry => ("outcome_unknown", "ready", "operator_retry"),
+        OperatorAction::Skip => ("outcome_unknown", "skipped", "operator_skip"),
+        OperatorAction::Fail => ("outcome_unknown", "failed", "operator_fail"),
+        OperatorAction::Approve => ("waiting_approval", "ready", "step_approved"),
+        OperatorAction::Reject => ("waiting_approval", "failed", "step_rejected"),
+    };
+    let is_final = matches!(to, "skipped" | "failed");
+    let available_at = (to == "ready").then_some(now);
+    if !tx
+        .step_operator(
+            run_id,
+            step_id,
+            from,
+            to,
+            available_at,
+            is_final.then_some(now),
+            now,
+        )
+        .await?
+    {
+        return Ok(false);
+    }
+    events.push(event(
+        run_id,
+        Some(step_id),
+        kind,
+        json!({"by": actor}),
+        now,
+    ));
+    if is_final {
+        after_final(tx, run_id, vec![step_id.to_owned()], now, events).await?;
+    }
+    Ok(true)
+}
+
+/// Fails attempts whose lease expired: `timeout` past the deadline, `heartbeat_timeout` when the step declares
+/// one, `lease_lost` otherwise. Each goes through the normal failure path (retry, fail or `outcome_unknown`),
+/// fenced by attempt number, so two reapers on two orchestrators reap an attempt once. Returns how many.
+pub(crate) async fn reap<T: DialectTx>(
+    tx: &mut T,
+    now: i64,
+    limit: i64,
+    sample: f64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<usize> {
+    let mut reaped = 0;
+    for row in tx.expired(now, limit).await? {
+        let (code, message) = if row.deadline_at.is_some_and(|d| now >= d) {
+            (codes::TIMEOUT, "the attempt ran past timeout_ms".to_owned())
+        } else if let Some(ms) = row.heartbeat_timeout_ms {
+            (
+                codes::HEARTBEAT_TIMEOUT,
+                format!("no heartbeat for {ms} ms (heartbeat_timeout_ms)"),
+            )
+        } else {
+            (
+                codes::LEASE_LOST,
+                "the worker stopped renewing its lease (crashed, frozen or partitioned)".to_owned(),
+            )
+        };
+        let Some(worker_id) = row.lease_owner.clone() else {
+            continue;
+        };
+        let attempt = u32::try_from(row.attempt).unwrap_or(u32::MAX);
+        let lease = Lease {
+            run_id: row.run_id.clone(),
+            step_id: row.step_id.clone(),
+            attempt,
+            worker_id,
+        };
+        let failure = Failure::new(code, message, true);
+        if fail(tx, &lease, &failure, sample, now, events).await? != Report::Stale {
+            reaped += 1;
+        }
+    }
+    Ok(reaped)
+}

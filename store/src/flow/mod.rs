@@ -1,0 +1,39 @@
+//! The store's transactional algorithms, written once against [`crate::tx::StepTx`] and run inside one
+//! transaction each, so "step finished + dependents decided + events" commit together or not at all.
+//!
+//! - [`submit`]: create a run (plan, run, steps, edges, events) and decide its root steps.
+//! - [`settle`]: the cascade after steps become final: release dependents, apply trigger rules and `when`,
+//!   propagate skips, finish the run when nothing is open.
+//! - [`finish`]: accept a completion or a failure under a lease (retry, fail, or `outcome_unknown`).
+//! - [`claim`]: lease ready steps and resolve their placeholders.
+//! - [`control`]: cancellation, operator decisions, approvals, the lease reaper.
+
+pub(crate) mod claim;
+pub(crate) mod control;
+pub(crate) mod finish;
+pub(crate) mod settle;
+pub(crate) mod submit;
+
+use crate::rows::EventInsert;
+
+/// Builds an event row.
+pub(crate) fn event(
+    run_id: &str,
+    step_id: Option<&str>,
+    kind: &'static str,
+    data: serde_json::Value,
+    at: i64,
+) -> EventInsert {
+    EventInsert {
+        run_id: run_id.into(),
+        step_id: step_id.map(str::to_owned),
+        kind,
+        data: data.to_string(),
+        at,
+    }
+}
+
+/// RFC 3339 text of a millisecond timestamp, for failure records.
+pub(crate) fn rfc3339(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map_or_else(|_| ms.to_string(), |t| t.to_string())
+}

@@ -1,0 +1,234 @@
+//! The cascade after steps become final (contract §5).
+//!
+//! For each newly final step, every dependent's pending count is decremented (row-locked, so concurrent parents
+//! serialise and exactly one sees zero). A dependent reaching zero is decided: trigger rule, then `when`, then
+//! approval or ready (with its `not_before` timer). Skips and `when` failures are final too and go back on the
+//! worklist, so skip propagation is iterative, never recursive. Finally the run's open-step counter is reduced
+//! and the run finishes when it reaches zero.
+
+use cairn_core::condition::{Condition, ConditionScope};
+use cairn_core::failure::{Failure, codes};
+use cairn_core::machine::{Readiness, readiness, run_outcome};
+use cairn_core::plan::TriggerRule;
+use cairn_core::state::{RunStatus, StepStatus};
+use serde_json::{Map, Value, json};
+
+use super::event;
+use crate::error::{StoreError, StoreResult};
+use crate::rows::{ChildRow, EventInsert};
+use crate::tx::StepTx;
+
+/// What was decided for a candidate.
+enum Decision {
+    Ready { available_at: i64 },
+    WaitingApproval,
+    Skipped(&'static str),
+    Failed(Failure),
+}
+
+/// Decides candidates whose dependencies are all final; returns the ids that became final (skipped or failed).
+pub(crate) async fn decide<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    candidates: Vec<ChildRow>,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<Vec<String>> {
+    let mut input: Option<Value> = None;
+    let mut finals = Vec::new();
+    for c in candidates {
+        let statuses = tx.parent_statuses(run_id, &c.step_id).await?;
+        let statuses = statuses
+            .iter()
+            .map(|s| {
+                s.parse::<StepStatus>()
+                    .map_err(|e| StoreError::corrupt("steps.status", e))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        let rule: TriggerRule = serde_json::from_value(Value::String(c.trigger_rule.clone()))
+            .map_err(|e| StoreError::corrupt("steps.trigger_rule", e))?;
+        let decision = match readiness(rule, statuses) {
+            Readiness::Wait => continue,
+            Readiness::Skip => Decision::Skipped("a dependency did not succeed (trigger rule)"),
+            Readiness::Run => match &c.when_expr {
+                None => runnable(&c, now),
+                Some(expr) => match evaluate_when(tx, run_id, expr, &mut input).await? {
+                    Ok(true) => runnable(&c, now),
+                    Ok(false) => Decision::Skipped("`when` was false"),
+                    Err(message) => {
+                        Decision::Failed(Failure::new(codes::CONDITION_ERROR, message, false))
+                    }
+                },
+            },
+        };
+        apply(tx, run_id, &c.step_id, decision, now, events, &mut finals).await?;
+    }
+    Ok(finals)
+}
+
+fn runnable(c: &ChildRow, now: i64) -> Decision {
+    let approval = c
+        .approval
+        .as_deref()
+        .and_then(|a| serde_json::from_str::<Value>(a).ok())
+        .is_some_and(|a| a.get("required").and_then(Value::as_bool).unwrap_or(false));
+    if approval {
+        Decision::WaitingApproval
+    } else {
+        Decision::Ready {
+            available_at: c.not_before_at.unwrap_or(now).max(now),
+        }
+    }
+}
+
+async fn apply<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    step_id: &str,
+    decision: Decision,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+    finals: &mut Vec<String>,
+) -> StoreResult<()> {
+    let (status, available_at, error, data) = match &decision {
+        Decision::Ready { available_at } => (
+            "ready",
+            Some(*available_at),
+            None,
+            json!({"available_at": available_at}),
+        ),
+        Decision::WaitingApproval => ("waiting_approval", None, None, json!({})),
+        Decision::Skipped(reason) => ("skipped", None, None, json!({"reason": reason})),
+        Decision::Failed(f) => {
+            let record = json!({"code": f.code, "message": f.message, "retryable": false, "suggestion": "replan"});
+            ("failed", None, Some(record.to_string()), record)
+        }
+    };
+    let is_final = matches!(decision, Decision::Skipped(_) | Decision::Failed(_));
+    let finished_at = is_final.then_some(now);
+    if tx
+        .step_decide(
+            run_id,
+            step_id,
+            status,
+            available_at,
+            error.as_deref(),
+            finished_at,
+            now,
+        )
+        .await?
+    {
+        let kind = match status {
+            "ready" => "step_ready",
+            "waiting_approval" => "step_waiting_approval",
+            "skipped" => "step_skipped",
+            _ => "step_failed",
+        };
+        events.push(event(run_id, Some(step_id), kind, data, now));
+        if is_final {
+            finals.push(step_id.to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates `when` over the referenced steps' outputs and statuses and the run input.
+/// `Ok(Err(message))` is an expression that cannot be evaluated (fails the step, not the transaction).
+async fn evaluate_when<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    expr: &str,
+    input: &mut Option<Value>,
+) -> StoreResult<Result<bool, String>> {
+    let condition = match Condition::compile(expr) {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let mut steps = Map::new();
+    for id in condition.step_references() {
+        if let Some(state) = tx.step_state(run_id, &id).await? {
+            let output = match state.output {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| StoreError::corrupt("steps.output", e))?,
+                None => Value::Null,
+            };
+            steps.insert(id, json!({"output": output, "status": state.status}));
+        }
+    }
+    if input.is_none() {
+        let text = tx.run_input(run_id).await?.unwrap_or_else(|| "null".into());
+        *input =
+            Some(serde_json::from_str(&text).map_err(|e| StoreError::corrupt("runs.input", e))?);
+    }
+    let scope = ConditionScope {
+        input: input.clone().unwrap_or(Value::Null),
+        steps,
+    };
+    Ok(condition.evaluate(&scope).map_err(|e| e.to_string()))
+}
+
+/// The cascade: `finished` steps just became final (their own rows already updated and counted by the caller
+/// in `closed`). Releases dependents transitively, then closes the run if nothing is open.
+pub(crate) async fn after_final<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    finished: Vec<String>,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<()> {
+    let mut closed = i64::try_from(finished.len()).unwrap_or(i64::MAX);
+    let mut work = finished;
+    while let Some(parent) = work.pop() {
+        let released = tx.children_release(run_id, &parent).await?;
+        let ready: Vec<ChildRow> = released
+            .into_iter()
+            .filter(|c| c.pending_deps == 0)
+            .collect();
+        let finals = decide(tx, run_id, ready, now, events).await?;
+        closed += i64::try_from(finals.len()).unwrap_or(0);
+        work.extend(finals);
+    }
+    close_run(tx, run_id, closed, now, events).await
+}
+
+/// Subtracts `closed` from the run's open steps and finishes the run at zero.
+pub(crate) async fn close_run<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    closed: i64,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<()> {
+    let Some((open, cancel_requested)) = tx.run_close_steps(run_id, closed, now).await? else {
+        return Err(StoreError::corrupt(
+            "runs",
+            format!("run {run_id} vanished while finishing a step"),
+        ));
+    };
+    if open > 0 || cancel_requested != 0 {
+        return Ok(());
+    }
+    let failed = tx.run_failed_steps(run_id).await?;
+    let status = run_outcome(false, failed.len());
+    let failure = failed.first().map(|(step_id, error)| {
+        let record = error
+            .as_deref()
+            .and_then(|e| serde_json::from_str::<Value>(e).ok())
+            .unwrap_or(Value::Null);
+        json!({"step_id": step_id, "code": record.get("code"), "message": record.get("message"),
+               "suggestion": record.get("suggestion"), "failed_steps": failed.len()})
+    });
+    let failure_text = failure.as_ref().map(Value::to_string);
+    if tx
+        .run_finish(run_id, status.as_str(), failure_text.as_deref(), now)
+        .await?
+    {
+        let kind = if status == RunStatus::Succeeded {
+            "run_succeeded"
+        } else {
+            "run_failed"
+        };
+        events.push(event(run_id, None, kind, failure.unwrap_or(json!({})), now));
+    }
+    Ok(())
+}

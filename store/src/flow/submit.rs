@@ -1,0 +1,135 @@
+//! Creating a run: plan (content-addressed), run, steps, edges and the first decisions, in one transaction.
+//!
+//! Roots (steps without dependencies) are decided right away by the same code that decides any step whose
+//! dependencies finished, so a root with a false `when` is skipped and its skip propagates before the
+//! transaction commits. A run-level idempotency key returns the existing run when plan and input match, and a
+//! conflict otherwise.
+
+use std::collections::HashMap;
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::event;
+use super::settle::{after_final, decide};
+use crate::error::{StoreError, StoreResult};
+use crate::model::{CreateOutcome, NewRun};
+use crate::rows::{ChildRow, EventInsert, StepInsert};
+use crate::tx::StepTx;
+
+/// Content hash of a plan body: lowercase hex SHA-256.
+pub(crate) fn plan_id(body: &str) -> String {
+    Sha256::digest(body.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+pub(crate) async fn create<T: StepTx>(
+    tx: &mut T,
+    run: &NewRun,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<CreateOutcome> {
+    let body = serde_json::to_string(&run.plan).map_err(|e| StoreError::corrupt("plan", e))?;
+    let plan_id = plan_id(&body);
+    let input = run.input.to_string();
+    if let Some(key) = &run.idempotency_key
+        && let Some((existing, existing_plan, existing_input)) = tx.run_by_key(key).await?
+    {
+        return Ok(if existing_plan == plan_id && existing_input == input {
+            CreateOutcome::Existing(existing)
+        } else {
+            CreateOutcome::Conflict(existing)
+        });
+    }
+    let now = run.now_ms;
+    let context = serde_json::to_string(&run.plan.context)
+        .map_err(|e| StoreError::corrupt("plan.context", e))?;
+    let steps = i64::try_from(run.plan.steps.len()).unwrap_or(i64::MAX);
+    tx.plan_insert(&plan_id, &body, now).await?;
+    tx.run_insert(
+        &run.run_id,
+        &plan_id,
+        &input,
+        &context,
+        run.idempotency_key.as_deref(),
+        steps,
+        now,
+    )
+    .await?;
+    let rows = step_rows(run)?;
+    tx.steps_insert(&run.run_id, &rows, now).await?;
+    tx.edges_insert(&run.run_id, &edges(run)).await?;
+    events.push(event(
+        &run.run_id,
+        None,
+        "run_created",
+        json!({"plan_id": plan_id, "steps": steps}),
+        now,
+    ));
+    let roots: Vec<ChildRow> = rows
+        .iter()
+        .filter(|r| r.dep_count == 0)
+        .map(|r| ChildRow {
+            step_id: r.step_id.clone(),
+            pending_deps: 0,
+            trigger_rule: r.trigger_rule.clone(),
+            when_expr: r.when_expr.clone(),
+            approval: r.approval.clone(),
+            not_before_at: r.not_before_at,
+        })
+        .collect();
+    let finals = decide(tx, &run.run_id, roots, now, events).await?;
+    if !finals.is_empty() {
+        // Skipped or failed roots cascade like any finished step.
+        after_final(tx, &run.run_id, finals, now, events).await?;
+    }
+    Ok(CreateOutcome::Created(run.run_id.clone()))
+}
+
+fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
+    let mut rows = Vec::with_capacity(run.plan.steps.len());
+    for (i, step) in run.plan.steps.iter().enumerate() {
+        let mut deps = step.depends_on.clone();
+        deps.sort();
+        deps.dedup();
+        let timer = run.timers.get(i).cloned().flatten();
+        let retry = step.retry.clone().unwrap_or_default();
+        rows.push(StepInsert {
+            step_id: step.id.clone(),
+            position: i64::try_from(i).unwrap_or(i64::MAX),
+            action: step.action.clone(),
+            status: "pending",
+            args: step.args.to_string(),
+            when_expr: step.when.clone(),
+            trigger_rule: step.effective_trigger_rule_name(),
+            idempotent: i64::from(step.idempotent.unwrap_or(false)),
+            timeout_ms: i64::try_from(step.effective_timeout_ms()).unwrap_or(i64::MAX),
+            heartbeat_timeout_ms: step
+                .heartbeat_timeout_ms
+                .and_then(|ms| i64::try_from(ms).ok()),
+            retry: serde_json::to_string(&retry).map_err(|e| StoreError::corrupt("retry", e))?,
+            approval: step.approval.as_ref().map(|a| json!(a).to_string()),
+            dep_count: i64::try_from(deps.len()).unwrap_or(i64::MAX),
+            not_before_at: timer.as_ref().map(|t| t.0),
+            not_before_local: timer.map(|t| t.1),
+        });
+    }
+    Ok(rows)
+}
+
+fn edges(run: &NewRun) -> Vec<(String, String)> {
+    let known: HashMap<&str, ()> = run.plan.steps.iter().map(|s| (s.id.as_str(), ())).collect();
+    let mut out = Vec::new();
+    for step in &run.plan.steps {
+        let mut deps: Vec<&String> = step
+            .depends_on
+            .iter()
+            .filter(|d| known.contains_key(d.as_str()))
+            .collect();
+        deps.sort();
+        deps.dedup();
+        out.extend(deps.into_iter().map(|d| (d.clone(), step.id.clone())));
+    }
+    out
+}

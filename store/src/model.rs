@@ -1,0 +1,172 @@
+//! Plain data passed in and out of the store. Times are milliseconds since the Unix epoch (UTC), named `*_ms`.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Identifies one attempt of one step: the fencing token. A report carrying an older attempt number, or from a
+/// worker that no longer holds the lease, changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Lease {
+    /// Run id.
+    pub run_id: String,
+    /// Step id.
+    pub step_id: String,
+    /// Attempt number (1-based) the lease was granted for.
+    pub attempt: u32,
+    /// Worker holding the lease.
+    pub worker_id: String,
+}
+
+/// A run to create (the plan is already validated and its timers resolved).
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    /// Fresh run id.
+    pub run_id: String,
+    /// The validated plan, defaults applied.
+    pub plan: cairn_core::plan::Plan,
+    /// Run input.
+    pub input: Value,
+    /// Run-level idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Resolved `not_before` per step index: (instant in ms, the spec as written with its zone).
+    pub timers: Vec<Option<(i64, String)>>,
+    /// Creation time.
+    pub now_ms: i64,
+}
+
+/// Result of creating a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// A new run was stored.
+    Created(String),
+    /// The idempotency key was used before with the same plan and input: the existing run.
+    Existing(String),
+    /// The idempotency key was used before with a different plan or input.
+    Conflict(String),
+}
+
+/// A step handed to a worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    /// The lease to report under.
+    pub lease: Lease,
+    /// Action name.
+    pub action: String,
+    /// Resolved args (placeholders substituted).
+    pub args: Value,
+    /// `<run_id>/<step_id>`, stable across attempts.
+    pub idempotency_key: String,
+    /// Attempt deadline (start + `timeout_ms`).
+    pub deadline_ms: i64,
+    /// `timeout_ms` of the step.
+    pub timeout_ms: i64,
+    /// `heartbeat_timeout_ms` of the step.
+    pub heartbeat_timeout_ms: Option<i64>,
+    /// Last checkpoint saved by an earlier attempt.
+    pub checkpoint: Option<Value>,
+}
+
+/// What a claimer asks for.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// The claiming worker.
+    pub worker_id: String,
+    /// Actions the worker serves.
+    pub actions: Vec<String>,
+    /// Most steps to claim.
+    pub limit: u32,
+    /// Current time.
+    pub now_ms: i64,
+}
+
+/// Result of a heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeartbeatOutcome {
+    /// The lease was extended until `lease_expires_ms`.
+    Extended {
+        /// New lease expiry.
+        lease_expires_ms: i64,
+    },
+    /// The lease is gone (cancelled, reaped, or superseded): stop the attempt.
+    Gone,
+}
+
+/// A run as listed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunSummary {
+    /// Run id.
+    pub id: String,
+    /// Status name.
+    pub status: String,
+    /// Plan id.
+    pub plan_id: String,
+    /// Steps in the run.
+    pub step_count: i64,
+    /// Steps not yet final.
+    pub open_steps: i64,
+    /// Root cause when failed.
+    pub failure: Option<Value>,
+    /// Creation time.
+    pub created_at_ms: i64,
+    /// Finish time.
+    pub finished_at_ms: Option<i64>,
+}
+
+/// A step as shown by the API.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepSummary {
+    /// Step id.
+    pub id: String,
+    /// Action.
+    pub action: String,
+    /// Status name.
+    pub status: String,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Output when succeeded.
+    pub output: Option<Value>,
+    /// Last failure record.
+    pub error: Option<Value>,
+    /// Earliest start (timer or backoff) while ready.
+    pub available_at_ms: Option<i64>,
+    /// The `not_before` timer: instant.
+    pub not_before_at_ms: Option<i64>,
+    /// The `not_before` timer as written, with its zone.
+    pub not_before_local: Option<String>,
+    /// Last checkpoint.
+    pub checkpoint: Option<Value>,
+}
+
+/// One entry of a run's history.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunEvent {
+    /// Sequence number (increasing per store).
+    pub id: i64,
+    /// Step concerned.
+    pub step_id: Option<String>,
+    /// Event kind, e.g. `step_succeeded`.
+    pub kind: String,
+    /// Details.
+    pub data: Value,
+    /// When.
+    pub at_ms: i64,
+}
+
+/// A failure record as stored for one attempt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptRecord {
+    /// Step id.
+    pub step_id: String,
+    /// Attempt number.
+    pub attempt: u32,
+    /// Worker.
+    pub worker_id: Option<String>,
+    /// `running`, `succeeded` or `failed`.
+    pub status: String,
+    /// Start time.
+    pub started_at_ms: i64,
+    /// End time.
+    pub ended_at_ms: Option<i64>,
+    /// The failure record when failed.
+    pub failure: Option<Value>,
+}

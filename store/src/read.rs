@@ -1,0 +1,202 @@
+//! Read queries for the API and the CLI, and the start-up integrity check. Same SQL on both backends.
+
+use serde_json::{Value, json};
+
+use crate::error::{StoreError, StoreResult};
+use crate::model::{AttemptRecord, RunEvent, RunSummary, StepSummary};
+use crate::rows::{AttemptRow, EventRow, RunRow, StepRow};
+use crate::{Store, sql};
+
+/// Runs `$body` with `$pool` bound to the backend's pool and `$db` aliased to its database type.
+macro_rules! on_pool {
+    ($self:expr, $db:ident, $pool:ident => $body:expr) => {
+        match $self {
+            Store::Sqlite($pool) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Sqlite;
+                $body
+            }
+            Store::Postgres($pool) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Postgres;
+                $body
+            }
+        }
+    };
+}
+
+fn json_opt(what: &'static str, text: Option<String>) -> StoreResult<Option<Value>> {
+    text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::corrupt(what, e)))
+        .transpose()
+}
+
+fn run_summary(row: RunRow) -> StoreResult<RunSummary> {
+    Ok(RunSummary {
+        id: row.id,
+        status: row.status,
+        plan_id: row.plan_id,
+        step_count: row.step_count,
+        open_steps: row.open_steps,
+        failure: json_opt("runs.failure", row.failure)?,
+        created_at_ms: row.created_at,
+        finished_at_ms: row.finished_at,
+    })
+}
+
+impl Store {
+    /// One run, or `None`.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
+    pub async fn run(&self, run_id: &str) -> StoreResult<Option<RunSummary>> {
+        let row = on_pool!(self, Db, pool => sqlx::query_as::<Db, RunRow>(sql::RUN_GET).bind(run_id).fetch_optional(pool).await?);
+        row.map(run_summary).transpose()
+    }
+
+    /// Runs, newest first, optionally only those with `status`.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
+    pub async fn runs(
+        &self,
+        status: Option<&str>,
+        limit: i64,
+        offset: i64,
+    ) -> StoreResult<Vec<RunSummary>> {
+        let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, RunRow>(sql::RUNS_LIST)
+            .bind(status).bind(limit).bind(offset).fetch_all(pool).await?);
+        rows.into_iter().map(run_summary).collect()
+    }
+
+    /// The steps of a run in plan order.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
+    pub async fn steps(&self, run_id: &str) -> StoreResult<Vec<StepSummary>> {
+        let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, StepRow>(sql::STEPS_OF_RUN).bind(run_id).fetch_all(pool).await?);
+        rows.into_iter()
+            .map(|r| {
+                Ok(StepSummary {
+                    id: r.step_id,
+                    action: r.action,
+                    status: r.status,
+                    attempts: u32::try_from(r.attempt).unwrap_or(u32::MAX),
+                    output: json_opt("steps.output", r.output)?,
+                    error: json_opt("steps.error", r.error)?,
+                    available_at_ms: r.available_at,
+                    not_before_at_ms: r.not_before_at,
+                    not_before_local: r.not_before_local,
+                    checkpoint: json_opt("steps.checkpoint", r.checkpoint)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Every attempt of a run with its failure record, by step then attempt.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
+    pub async fn attempts(&self, run_id: &str) -> StoreResult<Vec<AttemptRecord>> {
+        let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, AttemptRow>(sql::ATTEMPTS_OF_RUN).bind(run_id).fetch_all(pool).await?);
+        rows.into_iter()
+            .map(|r| {
+                let failure = match r.failure_code {
+                    None => None,
+                    Some(code) => Some(json!({
+                        "run_id": run_id, "step_id": r.step_id, "attempt": r.attempt, "action": r.action,
+                        "worker_id": r.worker_id, "code": code, "message": r.failure_message,
+                        "details": json_opt("attempts.failure_details", r.failure_details)?.unwrap_or(Value::Null),
+                        "retryable": r.retryable.map(|v| v != 0), "retry_after_ms": r.retry_after_ms,
+                        "suggestion": r.suggestion, "degraded": r.degraded.map(|v| v != 0),
+                        "started_at_ms": r.started_at, "ended_at_ms": r.ended_at,
+                    })),
+                };
+                Ok(AttemptRecord {
+                    step_id: r.step_id,
+                    attempt: u32::try_from(r.attempt).unwrap_or(u32::MAX),
+                    worker_id: r.worker_id,
+                    status: r.status,
+                    started_at_ms: r.started_at,
+                    ended_at_ms: r.ended_at,
+                    failure,
+                })
+            })
+            .collect()
+    }
+
+    /// Up to `limit` events of a run with a sequence number above `after`, oldest first.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
+    pub async fn events(&self, run_id: &str, after: i64, limit: i64) -> StoreResult<Vec<RunEvent>> {
+        let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, EventRow>(sql::EVENTS_OF_RUN)
+            .bind(run_id).bind(after).bind(limit).fetch_all(pool).await?);
+        rows.into_iter()
+            .map(|r| {
+                Ok(RunEvent {
+                    id: r.id,
+                    step_id: r.step_id,
+                    kind: r.kind,
+                    data: serde_json::from_str(&r.data)
+                        .map_err(|e| StoreError::corrupt("run_events.data", e))?,
+                    at_ms: r.at,
+                })
+            })
+            .collect()
+    }
+
+    /// The earliest `available_at` of any ready step (due now or later), for the dispatcher's sleep.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn next_due(&self) -> StoreResult<Option<i64>> {
+        Ok(
+            on_pool!(self, Db, pool => sqlx::query_scalar::<Db, Option<i64>>(sql::NEXT_DUE).fetch_one(pool).await?),
+        )
+    }
+
+    /// Registers or refreshes a worker and the actions it serves.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn worker_upsert(
+        &self,
+        worker_id: &str,
+        actions: &[String],
+        now_ms: i64,
+    ) -> StoreResult<()> {
+        let actions =
+            serde_json::to_string(actions).map_err(|e| StoreError::corrupt("actions", e))?;
+        on_pool!(self, Db, pool => {
+            sqlx::query::<Db>(sql::WORKER_UPSERT).bind(worker_id).bind(actions).bind(now_ms).execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// Finds open runs whose step rows are missing (store corruption, a manual delete) and fails them with
+    /// `integrity_error` instead of leaving them pending forever (case C03 b). Returns the failed run ids.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn integrity_check(&self, now_ms: i64) -> StoreResult<Vec<String>> {
+        let mut broken = Vec::new();
+        let mut offset = 0;
+        loop {
+            let open: Vec<(String, i64)> = on_pool!(self, Db, pool => sqlx::query_as::<Db, (String, i64)>(sql::OPEN_RUNS)
+                .bind(500_i64).bind(offset).fetch_all(pool).await?);
+            if open.is_empty() {
+                break;
+            }
+            offset += 500;
+            for (run_id, step_count) in open {
+                let rows: i64 = on_pool!(self, Db, pool => sqlx::query_scalar::<Db, i64>(sql::STEP_ROWS).bind(&run_id).fetch_one(pool).await?);
+                if rows != step_count {
+                    self.fail_run_integrity(&run_id, step_count, rows, now_ms)
+                        .await?;
+                    broken.push(run_id);
+                }
+            }
+        }
+        Ok(broken)
+    }
+}

@@ -1,0 +1,148 @@
+//! Row shapes shared by both backends (decoded with `sqlx::FromRow`; both dialects store the same types).
+
+/// A step just claimed.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct ClaimedRow {
+    pub run_id: String,
+    pub step_id: String,
+    pub attempt: i64,
+    pub action: String,
+    pub args: String,
+    pub timeout_ms: i64,
+    pub heartbeat_timeout_ms: Option<i64>,
+    pub deadline_at: i64,
+    pub checkpoint: Option<String>,
+}
+
+/// A running step with what deciding its failure needs.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct LeasedRow {
+    pub run_id: String,
+    pub step_id: String,
+    pub attempt: i64,
+    pub action: String,
+    pub idempotent: i64,
+    pub retry: String,
+    pub lease_owner: Option<String>,
+    pub started_at: Option<i64>,
+    pub deadline_at: Option<i64>,
+    pub heartbeat_timeout_ms: Option<i64>,
+}
+
+/// A dependent whose pending-dependency count was just decremented.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct ChildRow {
+    pub step_id: String,
+    pub pending_deps: i64,
+    pub trigger_rule: String,
+    pub when_expr: Option<String>,
+    pub approval: Option<String>,
+    pub not_before_at: Option<i64>,
+}
+
+/// Status and output of one step (for `when` and placeholder resolution).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct StateRow {
+    pub status: String,
+    pub output: Option<String>,
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct RunRow {
+    pub id: String,
+    pub plan_id: String,
+    pub status: String,
+    pub step_count: i64,
+    pub open_steps: i64,
+    pub failure: Option<String>,
+    pub created_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+/// A step as stored, for display.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct StepRow {
+    pub step_id: String,
+    pub action: String,
+    pub status: String,
+    pub attempt: i64,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub available_at: Option<i64>,
+    pub not_before_at: Option<i64>,
+    pub not_before_local: Option<String>,
+    pub checkpoint: Option<String>,
+}
+
+/// An attempt as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct AttemptRow {
+    pub step_id: String,
+    pub attempt: i64,
+    pub worker_id: Option<String>,
+    pub status: String,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    pub failure_code: Option<String>,
+    pub failure_message: Option<String>,
+    pub failure_details: Option<String>,
+    pub retryable: Option<i64>,
+    pub retry_after_ms: Option<i64>,
+    pub suggestion: Option<String>,
+    pub degraded: Option<i64>,
+    pub action: String,
+}
+
+/// An event as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct EventRow {
+    pub id: i64,
+    pub step_id: Option<String>,
+    pub kind: String,
+    pub data: String,
+    pub at: i64,
+}
+
+/// One step to insert at submit.
+#[derive(Debug, Clone)]
+pub(crate) struct StepInsert {
+    pub step_id: String,
+    pub position: i64,
+    pub action: String,
+    pub status: &'static str,
+    pub args: String,
+    pub when_expr: Option<String>,
+    pub trigger_rule: String,
+    pub idempotent: i64,
+    pub timeout_ms: i64,
+    pub heartbeat_timeout_ms: Option<i64>,
+    pub retry: String,
+    pub approval: Option<String>,
+    pub dep_count: i64,
+    pub not_before_at: Option<i64>,
+    pub not_before_local: Option<String>,
+}
+
+/// One event to append.
+#[derive(Debug, Clone)]
+pub(crate) struct EventInsert {
+    pub run_id: String,
+    pub step_id: Option<String>,
+    pub kind: &'static str,
+    pub data: String,
+    pub at: i64,
+}
+
+/// The failure columns of an attempt.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptClose {
+    pub status: &'static str,
+    pub failure_code: Option<String>,
+    pub failure_message: Option<String>,
+    pub failure_details: Option<String>,
+    pub retryable: Option<i64>,
+    pub retry_after_ms: Option<i64>,
+    pub suggestion: Option<String>,
+    pub degraded: Option<i64>,
+}

@@ -1,0 +1,130 @@
+//! SQL shared by both backends (`$N` parameters work in PostgreSQL and in SQLite through sqlx).
+//!
+//! Each statement says what it locks and which index serves it. Dialect-specific statements (claim, lease
+//! arithmetic) live in `sqlite.rs` and `postgres.rs`.
+
+/// Run by idempotency key. Index: `runs.idempotency_key` UNIQUE.
+pub(crate) const RUN_BY_KEY: &str =
+    "SELECT id, plan_id, input FROM runs WHERE idempotency_key = $1";
+
+/// Insert a plan unless its content hash is already stored. Index: `plans` PK.
+pub(crate) const PLAN_INSERT: &str =
+    "INSERT INTO plans (id, body, created_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING";
+
+/// Insert a run. Index: `runs` PK, `runs.idempotency_key` UNIQUE (a concurrent twin fails here).
+pub(crate) const RUN_INSERT: &str = "INSERT INTO runs (id, plan_id, status, input, context, idempotency_key, \
+     step_count, open_steps, created_at, updated_at) VALUES ($1, $2, 'pending', $3, $4, $5, $6, $6, $7, $7)";
+
+/// Record an attempt start. Index: `attempts` PK.
+pub(crate) const ATTEMPT_INSERT: &str = "INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, \
+     worker_id, status, started_at) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7)";
+
+/// Mark runs running on their first claim. Locks the run row. Index: `runs` PK.
+pub(crate) const RUN_MARK_RUNNING: &str =
+    "UPDATE runs SET status = 'running', updated_at = $2 WHERE id = $1 AND status = 'pending'";
+
+/// The running step under a lease. Index: `steps` PK.
+pub(crate) const STEP_LEASED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, \
+     started_at, deadline_at, heartbeat_timeout_ms FROM steps \
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running'";
+
+/// Finish a leased step (succeeded, failed, outcome_unknown). Locks the step row; fenced by attempt and status.
+pub(crate) const STEP_FINISH: &str = "UPDATE steps SET status = $4, output = $5, error = $6, lease_id = NULL, \
+     lease_owner = NULL, lease_expires_at = NULL, finished_at = $7, updated_at = $7 \
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running'";
+
+/// Put a leased step back to ready for a retry at `available_at`. Locks the step row; fenced like STEP_FINISH.
+pub(crate) const STEP_REQUEUE: &str = "UPDATE steps SET status = 'ready', available_at = $4, error = $5, \
+     lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 \
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running'";
+
+/// Close an attempt with its outcome and failure record. Index: `attempts` PK.
+pub(crate) const ATTEMPT_CLOSE: &str = "UPDATE attempts SET status = $4, ended_at = $5, failure_code = $6, \
+     failure_message = $7, failure_details = $8, retryable = $9, retry_after_ms = $10, suggestion = $11, \
+     degraded = $12 WHERE run_id = $1 AND step_id = $2 AND attempt = $3";
+
+/// Decrement the pending-dependency count of every dependent of `parent`, returning the new counts. Locks each
+/// dependent row, so two parents finishing at once serialise on their shared child and exactly one sees 0.
+/// Index: `step_edges` PK (run_id, parent) then `steps` PK.
+pub(crate) const CHILDREN_RELEASE: &str = "UPDATE steps SET pending_deps = pending_deps - 1 \
+     WHERE run_id = $1 AND step_id IN (SELECT child FROM step_edges WHERE run_id = $1 AND parent = $2) \
+     RETURNING step_id, pending_deps, trigger_rule, when_expr, approval, not_before_at";
+
+/// Statuses of the dependencies of `child`. Index: `step_edges_child_idx`, then `steps` PK.
+pub(crate) const PARENT_STATUSES: &str = "SELECT s.status FROM step_edges e JOIN steps s \
+     ON s.run_id = e.run_id AND s.step_id = e.parent WHERE e.run_id = $1 AND e.child = $2";
+
+/// Decide a pending step: ready (with `available_at`), skipped, failed or waiting_approval. Fenced on pending.
+pub(crate) const STEP_DECIDE: &str = "UPDATE steps SET status = $3, available_at = $4, error = $5, \
+     finished_at = $6, updated_at = $7 WHERE run_id = $1 AND step_id = $2 AND status = 'pending'";
+
+/// Count final steps against the run and return what is left. Locks the run row (serialises run completion).
+pub(crate) const RUN_CLOSE_STEPS: &str = "UPDATE runs SET open_steps = open_steps - $2, updated_at = $3 \
+     WHERE id = $1 RETURNING open_steps, cancel_requested";
+
+/// Failed steps of a run (once, when it finishes). Index: `steps` PK prefix.
+pub(crate) const RUN_FAILED_STEPS: &str =
+    "SELECT step_id, error FROM steps WHERE run_id = $1 AND status = 'failed' ORDER BY position";
+
+/// Finish a run unless it already finished. Locks the run row.
+pub(crate) const RUN_FINISH: &str = "UPDATE runs SET status = $2, failure = $3, finished_at = $4, updated_at = $4 \
+     WHERE id = $1 AND status IN ('pending', 'running')";
+
+/// The run input (for `when`). Index: `runs` PK.
+pub(crate) const RUN_INPUT: &str = "SELECT input FROM runs WHERE id = $1";
+
+/// Request cancellation of a run. Locks the run row.
+pub(crate) const RUN_CANCEL: &str = "UPDATE runs SET status = 'cancelled', cancel_requested = 1, finished_at = $2, \
+     updated_at = $2 WHERE id = $1 AND status IN ('pending', 'running')";
+
+/// Cancel every open step of a run, including ready steps waiting on a timer or a retry backoff and running steps
+/// (their leases end: late reports are ignored, heartbeats answer "gone"). Index: `steps` PK prefix.
+pub(crate) const STEPS_CANCEL: &str = "UPDATE steps SET status = 'cancelled', lease_id = NULL, lease_owner = NULL, \
+     lease_expires_at = NULL, finished_at = $2, updated_at = $2 WHERE run_id = $1 \
+     AND status IN ('pending', 'ready', 'running', 'waiting_approval', 'outcome_unknown') RETURNING step_id, attempt, status";
+
+/// Close the running attempts of a cancelled run. Index: `attempts` PK prefix.
+pub(crate) const ATTEMPTS_CANCEL: &str = "UPDATE attempts SET status = 'failed', ended_at = $2, \
+     failure_code = 'cancelled', failure_message = 'the run was cancelled', retryable = 0, suggestion = 'skip', \
+     degraded = 0 WHERE run_id = $1 AND status = 'running'";
+
+/// Operator decision on a step parked as outcome_unknown (or waiting approval). Fenced on the expected status.
+pub(crate) const STEP_OPERATOR: &str = "UPDATE steps SET status = $4, available_at = $5, finished_at = $6, \
+     updated_at = $7 WHERE run_id = $1 AND step_id = $2 AND status = $3";
+
+/// Status and output of the named steps. Index: `steps` PK.
+pub(crate) const STEP_STATE: &str =
+    "SELECT step_id, status, output FROM steps WHERE run_id = $1 AND step_id = $2";
+
+/// One run. Index: `runs` PK.
+pub(crate) const RUN_GET: &str = "SELECT id, plan_id, status, input, step_count, open_steps, failure, created_at, \
+     finished_at FROM runs WHERE id = $1";
+
+/// Runs, newest first, optionally by status. Index: `runs_status_created_idx` or a scan of `runs`.
+pub(crate) const RUNS_LIST: &str = "SELECT id, plan_id, status, input, step_count, open_steps, failure, created_at, \
+     finished_at FROM runs WHERE (CAST($1 AS TEXT) IS NULL OR status = CAST($1 AS TEXT)) ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3";
+
+/// Steps of a run in plan order. Index: `steps` PK prefix.
+pub(crate) const STEPS_OF_RUN: &str = "SELECT step_id, action, status, attempt, output, error, available_at, \
+     not_before_at, not_before_local, checkpoint FROM steps WHERE run_id = $1 ORDER BY position";
+
+/// Attempts of a run. Index: `attempts` PK prefix.
+pub(crate) const ATTEMPTS_OF_RUN: &str = "SELECT step_id, attempt, worker_id, status, started_at, ended_at, \
+     failure_code, failure_message, failure_details, retryable, retry_after_ms, suggestion, degraded, action \
+     FROM attempts WHERE run_id = $1 ORDER BY step_id, attempt";
+
+/// Events of a run after a sequence number. Index: `run_events_run_idx`.
+pub(crate) const EVENTS_OF_RUN: &str = "SELECT id, step_id, kind, data, at FROM run_events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3";
+
+/// Number of step rows of a run (integrity check). Index: `steps` PK prefix.
+pub(crate) const STEP_ROWS: &str = "SELECT COUNT(*) FROM steps WHERE run_id = $1";
+
+/// Open runs (for the integrity check at start-up). Index: `runs_status_created_idx`.
+pub(crate) const OPEN_RUNS: &str = "SELECT id, step_count FROM runs WHERE status IN ('pending', 'running') ORDER BY created_at LIMIT $1 OFFSET $2";
+
+/// Register or refresh a worker. Index: `workers` PK.
+pub(crate) const WORKER_UPSERT: &str = "INSERT INTO workers (id, actions, registered_at, last_seen_at) \
+     VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO UPDATE SET actions = excluded.actions, last_seen_at = excluded.last_seen_at";
+
+/// Earliest due time of a ready step (for the dispatcher's sleep). Index: `steps_ready_idx`.
+pub(crate) const NEXT_DUE: &str = "SELECT MIN(available_at) FROM steps WHERE status = 'ready'";

@@ -1,0 +1,109 @@
+//! The SQLite backend: connection settings and the statements whose SQL is SQLite's own.
+//!
+//! Settings: WAL journal (readers never block the writer), `synchronous=FULL` (a committed transaction survives
+//! power loss, which is the point of a durable orchestrator; NORMAL could lose the last commits), `busy_timeout`
+//! 10 s, foreign keys on. Write transactions start with `BEGIN IMMEDIATE` so a transaction that reads before it
+//! writes never fails to upgrade its lock. SQLite serves one orchestrator process.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, SqlitePool, Transaction};
+
+use crate::error::{StoreError, StoreResult};
+use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
+use crate::rows::{ClaimedRow, LeasedRow};
+use crate::tx::{DialectTx, impl_step_tx};
+
+impl_step_tx!(Sqlite);
+
+/// Leases due ready steps in one `UPDATE … RETURNING` (SQLite has one writer, so no row can be taken twice).
+/// Index: `steps_ready_idx`.
+const CLAIM: &str = "UPDATE steps SET status = 'running', attempt = attempt + 1, lease_owner = $1, \
+     lease_id = run_id || '/' || step_id || '/' || (attempt + 1), started_at = $2, heartbeat_at = $2, \
+     deadline_at = $2 + timeout_ms, lease_expires_at = MIN($2 + timeout_ms, $2 + COALESCE(heartbeat_timeout_ms, $3)), \
+     updated_at = $2 \
+     WHERE rowid IN (SELECT rowid FROM steps WHERE status = 'ready' AND available_at <= $2 \
+       AND action IN (SELECT value FROM json_each($4)) ORDER BY available_at LIMIT $5) \
+     RETURNING run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, checkpoint";
+
+/// Extends a lease, never past the attempt deadline. Index: `steps` PK.
+const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
+     lease_expires_at = MIN(deadline_at, $4 + COALESCE(heartbeat_timeout_ms, $5)), \
+     checkpoint = COALESCE($6, checkpoint), updated_at = $4 \
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $7 \
+     RETURNING lease_expires_at";
+
+/// Running steps with an expired lease. Index: `steps_lease_idx`.
+const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, \
+     deadline_at, heartbeat_timeout_ms FROM steps WHERE status = 'running' AND lease_expires_at <= $1 \
+     ORDER BY lease_expires_at LIMIT $2";
+
+impl DialectTx for Transaction<'_, Sqlite> {
+    async fn claim(
+        &mut self,
+        req: &ClaimRequest,
+        lease_ttl_ms: i64,
+    ) -> StoreResult<Vec<ClaimedRow>> {
+        let actions =
+            serde_json::to_string(&req.actions).map_err(|e| StoreError::corrupt("actions", e))?;
+        Ok(sqlx::query_as::<Sqlite, ClaimedRow>(CLAIM)
+            .bind(&req.worker_id)
+            .bind(req.now_ms)
+            .bind(lease_ttl_ms)
+            .bind(actions)
+            .bind(i64::from(req.limit))
+            .fetch_all(&mut **self)
+            .await?)
+    }
+
+    async fn heartbeat(
+        &mut self,
+        lease: &Lease,
+        checkpoint: Option<&str>,
+        lease_ttl_ms: i64,
+        now: i64,
+    ) -> StoreResult<HeartbeatOutcome> {
+        let expires = sqlx::query_scalar::<Sqlite, i64>(HEARTBEAT)
+            .bind(&lease.run_id)
+            .bind(&lease.step_id)
+            .bind(i64::from(lease.attempt))
+            .bind(now)
+            .bind(lease_ttl_ms)
+            .bind(checkpoint)
+            .bind(&lease.worker_id)
+            .fetch_optional(&mut **self)
+            .await?;
+        Ok(expires.map_or(HeartbeatOutcome::Gone, |lease_expires_ms| {
+            HeartbeatOutcome::Extended { lease_expires_ms }
+        }))
+    }
+
+    async fn expired(&mut self, now: i64, limit: i64) -> StoreResult<Vec<LeasedRow>> {
+        Ok(sqlx::query_as::<Sqlite, LeasedRow>(EXPIRED)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&mut **self)
+            .await?)
+    }
+}
+
+/// Opens (creating if missing) the SQLite database at `url` (`sqlite:PATH` or `sqlite://PATH`).
+pub(crate) async fn connect(url: &str) -> StoreResult<SqlitePool> {
+    let options = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(10))
+        .foreign_keys(true);
+    Ok(SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await?)
+}
+
+/// Begins a write transaction that takes the write lock up front.
+pub(crate) async fn begin(pool: &SqlitePool) -> StoreResult<Transaction<'static, Sqlite>> {
+    Ok(pool.begin_with("BEGIN IMMEDIATE").await?)
+}

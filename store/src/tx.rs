@@ -1,0 +1,523 @@
+//! The statements a transaction can run, as one trait implemented for both backends' transactions.
+//!
+//! [`StepTx`] is implemented once per backend: [`impl_step_tx!`] stamps the shared statements (from [`crate::sql`])
+//! for `sqlx::Transaction<Sqlite>` and `sqlx::Transaction<Postgres>`, and each backend module adds the
+//! dialect-specific ones ([`DialectTx`]: claim, heartbeat, expired leases). The algorithms in [`crate::flow`] are
+//! written once against these traits, so both backends make the same decisions in the same order.
+
+use std::future::Future;
+
+use crate::error::StoreResult;
+use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
+use crate::rows::{
+    AttemptClose, ChildRow, ClaimedRow, EventInsert, LeasedRow, StateRow, StepInsert,
+};
+
+/// Statements shared by both dialects. Every method runs inside the caller's transaction.
+pub(crate) trait StepTx: Send {
+    fn run_by_key(
+        &mut self,
+        key: &str,
+    ) -> impl Future<Output = StoreResult<Option<(String, String, String)>>> + Send;
+    fn plan_insert(
+        &mut self,
+        id: &str,
+        body: &str,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    #[allow(clippy::too_many_arguments)]
+    fn run_insert(
+        &mut self,
+        run_id: &str,
+        plan_id: &str,
+        input: &str,
+        context: &str,
+        key: Option<&str>,
+        steps: i64,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn steps_insert(
+        &mut self,
+        run_id: &str,
+        rows: &[StepInsert],
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn edges_insert(
+        &mut self,
+        run_id: &str,
+        edges: &[(String, String)],
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn events_insert(
+        &mut self,
+        events: &[EventInsert],
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn attempt_insert(
+        &mut self,
+        lease: &Lease,
+        action: &str,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn run_mark_running(
+        &mut self,
+        run_id: &str,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn step_leased(
+        &mut self,
+        lease: &Lease,
+    ) -> impl Future<Output = StoreResult<Option<LeasedRow>>> + Send;
+    fn step_finish(
+        &mut self,
+        lease: &Lease,
+        status: &str,
+        output: Option<&str>,
+        error: Option<&str>,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn step_requeue(
+        &mut self,
+        lease: &Lease,
+        at: i64,
+        error: &str,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn attempt_close(
+        &mut self,
+        lease: &Lease,
+        close: &AttemptClose,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn children_release(
+        &mut self,
+        run_id: &str,
+        parent: &str,
+    ) -> impl Future<Output = StoreResult<Vec<ChildRow>>> + Send;
+    fn parent_statuses(
+        &mut self,
+        run_id: &str,
+        child: &str,
+    ) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
+    fn step_state(
+        &mut self,
+        run_id: &str,
+        step_id: &str,
+    ) -> impl Future<Output = StoreResult<Option<StateRow>>> + Send;
+    #[allow(clippy::too_many_arguments)]
+    fn step_decide(
+        &mut self,
+        run_id: &str,
+        step_id: &str,
+        status: &str,
+        available_at: Option<i64>,
+        error: Option<&str>,
+        finished_at: Option<i64>,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn run_close_steps(
+        &mut self,
+        run_id: &str,
+        n: i64,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<Option<(i64, i64)>>> + Send;
+    fn run_failed_steps(
+        &mut self,
+        run_id: &str,
+    ) -> impl Future<Output = StoreResult<Vec<(String, Option<String>)>>> + Send;
+    fn run_finish(
+        &mut self,
+        run_id: &str,
+        status: &str,
+        failure: Option<&str>,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn run_input(
+        &mut self,
+        run_id: &str,
+    ) -> impl Future<Output = StoreResult<Option<String>>> + Send;
+    fn run_cancel(
+        &mut self,
+        run_id: &str,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn steps_cancel(
+        &mut self,
+        run_id: &str,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<Vec<(String, i64, String)>>> + Send;
+    fn attempts_cancel(
+        &mut self,
+        run_id: &str,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    #[allow(clippy::too_many_arguments)]
+    fn step_operator(
+        &mut self,
+        run_id: &str,
+        step_id: &str,
+        from: &str,
+        to: &str,
+        available_at: Option<i64>,
+        finished_at: Option<i64>,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+}
+
+/// Statements whose SQL differs between SQLite and PostgreSQL.
+pub(crate) trait DialectTx: StepTx {
+    /// Leases up to `limit` ready, due steps of the given actions; one statement.
+    fn claim(
+        &mut self,
+        req: &ClaimRequest,
+        lease_ttl_ms: i64,
+    ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
+    /// Extends a lease (and saves a checkpoint).
+    fn heartbeat(
+        &mut self,
+        lease: &Lease,
+        checkpoint: Option<&str>,
+        lease_ttl_ms: i64,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<HeartbeatOutcome>> + Send;
+    /// Running steps whose lease expired at or before `now`.
+    fn expired(
+        &mut self,
+        now: i64,
+        limit: i64,
+    ) -> impl Future<Output = StoreResult<Vec<LeasedRow>>> + Send;
+}
+
+/// Implements [`StepTx`] for `sqlx::Transaction<'_, $db>` with the shared SQL.
+macro_rules! impl_step_tx {
+    ($db:ty) => {
+        impl $crate::tx::StepTx for sqlx::Transaction<'_, $db> {
+            async fn run_by_key(&mut self, key: &str) -> $crate::error::StoreResult<Option<(String, String, String)>> {
+                Ok(sqlx::query_as::<$db, (String, String, String)>($crate::sql::RUN_BY_KEY)
+                    .bind(key)
+                    .fetch_optional(&mut **self)
+                    .await?)
+            }
+            async fn plan_insert(&mut self, id: &str, body: &str, now: i64) -> $crate::error::StoreResult<()> {
+                sqlx::query::<$db>($crate::sql::PLAN_INSERT).bind(id).bind(body).bind(now).execute(&mut **self).await?;
+                Ok(())
+            }
+            async fn run_insert(
+                &mut self,
+                run_id: &str,
+                plan_id: &str,
+                input: &str,
+                context: &str,
+                key: Option<&str>,
+                steps: i64,
+                now: i64,
+            ) -> $crate::error::StoreResult<()> {
+                sqlx::query::<$db>($crate::sql::RUN_INSERT)
+                    .bind(run_id)
+                    .bind(plan_id)
+                    .bind(input)
+                    .bind(context)
+                    .bind(key)
+                    .bind(steps)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(())
+            }
+            async fn steps_insert(
+                &mut self,
+                run_id: &str,
+                rows: &[$crate::rows::StepInsert],
+                now: i64,
+            ) -> $crate::error::StoreResult<()> {
+                // 17 binds per row; 1000 rows stay under SQLite's 32766-variable limit.
+                for chunk in rows.chunks(1000) {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO steps (run_id, step_id, position, action, status, args, when_expr, trigger_rule, \
+                         idempotent, timeout_ms, heartbeat_timeout_ms, retry, approval, dep_count, pending_deps, \
+                         available_at, not_before_at, not_before_local, updated_at) ",
+                    );
+                    q.push_values(chunk, |mut b, r| {
+                        let ready = r.status == "ready";
+                        b.push_bind(run_id)
+                            .push_bind(r.step_id.as_str())
+                            .push_bind(r.position)
+                            .push_bind(r.action.as_str())
+                            .push_bind(r.status)
+                            .push_bind(r.args.as_str())
+                            .push_bind(r.when_expr.as_deref())
+                            .push_bind(r.trigger_rule.as_str())
+                            .push_bind(r.idempotent)
+                            .push_bind(r.timeout_ms)
+                            .push_bind(r.heartbeat_timeout_ms)
+                            .push_bind(r.retry.as_str())
+                            .push_bind(r.approval.as_deref())
+                            .push_bind(r.dep_count)
+                            .push_bind(r.dep_count)
+                            .push_bind(if ready { Some(r.not_before_at.unwrap_or(now).max(now)) } else { None })
+                            .push_bind(r.not_before_at)
+                            .push_bind(r.not_before_local.as_deref())
+                            .push_bind(now);
+                    });
+                    q.build().execute(&mut **self).await?;
+                }
+                Ok(())
+            }
+            async fn edges_insert(&mut self, run_id: &str, edges: &[(String, String)]) -> $crate::error::StoreResult<()> {
+                for chunk in edges.chunks(5000) {
+                    let mut q = sqlx::QueryBuilder::<$db>::new("INSERT INTO step_edges (run_id, parent, child) ");
+                    q.push_values(chunk, |mut b, (parent, child)| {
+                        b.push_bind(run_id).push_bind(parent.as_str()).push_bind(child.as_str());
+                    });
+                    q.build().execute(&mut **self).await?;
+                }
+                Ok(())
+            }
+            async fn events_insert(&mut self, events: &[$crate::rows::EventInsert]) -> $crate::error::StoreResult<()> {
+                for chunk in events.chunks(5000) {
+                    let mut q = sqlx::QueryBuilder::<$db>::new("INSERT INTO run_events (run_id, step_id, kind, data, at) ");
+                    q.push_values(chunk, |mut b, e| {
+                        b.push_bind(e.run_id.as_str())
+                            .push_bind(e.step_id.as_deref())
+                            .push_bind(e.kind)
+                            .push_bind(e.data.as_str())
+                            .push_bind(e.at);
+                    });
+                    q.build().execute(&mut **self).await?;
+                }
+                Ok(())
+            }
+            async fn attempt_insert(
+                &mut self,
+                lease: &$crate::model::Lease,
+                action: &str,
+                now: i64,
+            ) -> $crate::error::StoreResult<()> {
+                sqlx::query::<$db>($crate::sql::ATTEMPT_INSERT)
+                    .bind(&lease.run_id)
+                    .bind(&lease.step_id)
+                    .bind(i64::from(lease.attempt))
+                    .bind(format!("{}/{}/{}", lease.run_id, lease.step_id, lease.attempt))
+                    .bind(action)
+                    .bind(&lease.worker_id)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(())
+            }
+            async fn run_mark_running(&mut self, run_id: &str, now: i64) -> $crate::error::StoreResult<()> {
+                sqlx::query::<$db>($crate::sql::RUN_MARK_RUNNING).bind(run_id).bind(now).execute(&mut **self).await?;
+                Ok(())
+            }
+            async fn step_leased(
+                &mut self,
+                lease: &$crate::model::Lease,
+            ) -> $crate::error::StoreResult<Option<$crate::rows::LeasedRow>> {
+                Ok(sqlx::query_as::<$db, $crate::rows::LeasedRow>($crate::sql::STEP_LEASED)
+                    .bind(&lease.run_id)
+                    .bind(&lease.step_id)
+                    .bind(i64::from(lease.attempt))
+                    .fetch_optional(&mut **self)
+                    .await?)
+            }
+            async fn step_finish(
+                &mut self,
+                lease: &$crate::model::Lease,
+                status: &str,
+                output: Option<&str>,
+                error: Option<&str>,
+                now: i64,
+            ) -> $crate::error::StoreResult<bool> {
+                let done = sqlx::query::<$db>($crate::sql::STEP_FINISH)
+                    .bind(&lease.run_id)
+                    .bind(&lease.step_id)
+                    .bind(i64::from(lease.attempt))
+                    .bind(status)
+                    .bind(output)
+                    .bind(error)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+            async fn step_requeue(
+                &mut self,
+                lease: &$crate::model::Lease,
+                at: i64,
+                error: &str,
+                now: i64,
+            ) -> $crate::error::StoreResult<bool> {
+                let done = sqlx::query::<$db>($crate::sql::STEP_REQUEUE)
+                    .bind(&lease.run_id)
+                    .bind(&lease.step_id)
+                    .bind(i64::from(lease.attempt))
+                    .bind(at)
+                    .bind(error)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+            async fn attempt_close(
+                &mut self,
+                lease: &$crate::model::Lease,
+                c: &$crate::rows::AttemptClose,
+                now: i64,
+            ) -> $crate::error::StoreResult<()> {
+                sqlx::query::<$db>($crate::sql::ATTEMPT_CLOSE)
+                    .bind(&lease.run_id)
+                    .bind(&lease.step_id)
+                    .bind(i64::from(lease.attempt))
+                    .bind(c.status)
+                    .bind(now)
+                    .bind(c.failure_code.as_deref())
+                    .bind(c.failure_message.as_deref())
+                    .bind(c.failure_details.as_deref())
+                    .bind(c.retryable)
+                    .bind(c.retry_after_ms)
+                    .bind(c.suggestion.as_deref())
+                    .bind(c.degraded)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(())
+            }
+            async fn children_release(
+                &mut self,
+                run_id: &str,
+                parent: &str,
+            ) -> $crate::error::StoreResult<Vec<$crate::rows::ChildRow>> {
+                Ok(sqlx::query_as::<$db, $crate::rows::ChildRow>($crate::sql::CHILDREN_RELEASE)
+                    .bind(run_id)
+                    .bind(parent)
+                    .fetch_all(&mut **self)
+                    .await?)
+            }
+            async fn parent_statuses(&mut self, run_id: &str, child: &str) -> $crate::error::StoreResult<Vec<String>> {
+                Ok(sqlx::query_scalar::<$db, String>($crate::sql::PARENT_STATUSES)
+                    .bind(run_id)
+                    .bind(child)
+                    .fetch_all(&mut **self)
+                    .await?)
+            }
+            async fn step_state(
+                &mut self,
+                run_id: &str,
+                step_id: &str,
+            ) -> $crate::error::StoreResult<Option<$crate::rows::StateRow>> {
+                Ok(sqlx::query_as::<$db, $crate::rows::StateRow>($crate::sql::STEP_STATE)
+                    .bind(run_id)
+                    .bind(step_id)
+                    .fetch_optional(&mut **self)
+                    .await?)
+            }
+            async fn step_decide(
+                &mut self,
+                run_id: &str,
+                step_id: &str,
+                status: &str,
+                available_at: Option<i64>,
+                error: Option<&str>,
+                finished_at: Option<i64>,
+                now: i64,
+            ) -> $crate::error::StoreResult<bool> {
+                let done = sqlx::query::<$db>($crate::sql::STEP_DECIDE)
+                    .bind(run_id)
+                    .bind(step_id)
+                    .bind(status)
+                    .bind(available_at)
+                    .bind(error)
+                    .bind(finished_at)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+            async fn run_close_steps(
+                &mut self,
+                run_id: &str,
+                n: i64,
+                now: i64,
+            ) -> $crate::error::StoreResult<Option<(i64, i64)>> {
+                Ok(sqlx::query_as::<$db, (i64, i64)>($crate::sql::RUN_CLOSE_STEPS)
+                    .bind(run_id)
+                    .bind(n)
+                    .bind(now)
+                    .fetch_optional(&mut **self)
+                    .await?)
+            }
+            async fn run_failed_steps(
+                &mut self,
+                run_id: &str,
+            ) -> $crate::error::StoreResult<Vec<(String, Option<String>)>> {
+                Ok(sqlx::query_as::<$db, (String, Option<String>)>($crate::sql::RUN_FAILED_STEPS)
+                    .bind(run_id)
+                    .fetch_all(&mut **self)
+                    .await?)
+            }
+            async fn run_finish(
+                &mut self,
+                run_id: &str,
+                status: &str,
+                failure: Option<&str>,
+                now: i64,
+            ) -> $crate::error::StoreResult<bool> {
+                let done = sqlx::query::<$db>($crate::sql::RUN_FINISH)
+                    .bind(run_id)
+                    .bind(status)
+                    .bind(failure)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+            async fn run_input(&mut self, run_id: &str) -> $crate::error::StoreResult<Option<String>> {
+                Ok(sqlx::query_scalar::<$db, String>($crate::sql::RUN_INPUT)
+                    .bind(run_id)
+                    .fetch_optional(&mut **self)
+                    .await?)
+            }
+            async fn run_cancel(&mut self, run_id: &str, now: i64) -> $crate::error::StoreResult<bool> {
+                let done =
+                    sqlx::query::<$db>($crate::sql::RUN_CANCEL).bind(run_id).bind(now).execute(&mut **self).await?;
+                Ok(done.rows_affected() == 1)
+            }
+            async fn steps_cancel(
+                &mut self,
+                run_id: &str,
+                now: i64,
+            ) -> $crate::error::StoreResult<Vec<(String, i64, String)>> {
+                Ok(sqlx::query_as::<$db, (String, i64, String)>($crate::sql::STEPS_CANCEL)
+                    .bind(run_id)
+                    .bind(now)
+                    .fetch_all(&mut **self)
+                    .await?)
+            }
+            async fn attempts_cancel(&mut self, run_id: &str, now: i64) -> $crate::error::StoreResult<()> {
+                sqlx::query::<$db>($crate::sql::ATTEMPTS_CANCEL).bind(run_id).bind(now).execute(&mut **self).await?;
+                Ok(())
+            }
+            async fn step_operator(
+                &mut self,
+                run_id: &str,
+                step_id: &str,
+                from: &str,
+                to: &str,
+                available_at: Option<i64>,
+                finished_at: Option<i64>,
+                now: i64,
+            ) -> $crate::error::StoreResult<bool> {
+                let done = sqlx::query::<$db>($crate::sql::STEP_OPERATOR)
+                    .bind(run_id)
+                    .bind(step_id)
+                    .bind(from)
+                    .bind(to)
+                    .bind(available_at)
+                    .bind(finished_at)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+        }
+    };
+}
+
+pub(crate) use impl_step_tx;
