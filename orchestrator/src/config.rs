@@ -1,0 +1,38 @@
+//! Engine settings. Durations are [`Duration`]s; sizes say their unit in the name.
+
+use std::time::Duration;
+
+use cairn_core::validate::Limits;
+
+/// How the engine behaves.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// How long a lease lives without a heartbeat when the step sets no `heartbeat_timeout_ms`: the liveness
+    /// timeout after which a crashed or partitioned worker's attempt is reclaimed. Default 10 s.
+    pub lease_ttl: Duration,
+    /// How often the reaper looks for expired leases. Default 1 s.
+    pub reap_interval: Duration,
+    /// After start-up the reaper waits this long before failing leases that expired while no orchestrator was
+    /// running, so workers that kept working can reconnect and report (case C14). Default: `lease_ttl`.
+    pub startup_grace: Duration,
+    /// Largest accepted step output, in bytes of JSON text. Default 1 MiB.
+    pub max_output_bytes: usize,
+    /// Plan limits (steps, timeouts).
+    pub limits: Limits,
+    /// Most expired leases handled per reaper pass.
+    pub reap_batch: i64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        let lease_ttl = Duration::from_secs(10);
+        Self {
+            lease_ttl,
+            reap_interval: Duration::from_secs(1),
+            startup_grace: lease_ttl,
+            max_output_bytes: 1024 * 1024,
+            limits: Limits::default(),
+            reap_batch: 500,
+        }
+    }
+}

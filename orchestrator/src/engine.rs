@@ -1,0 +1,304 @@
+//! The engine: the orchestrator's operations over the store, with the injected clock and in-process wake-ups.
+//!
+//! Every state change is one store transaction; the engine adds time (`now` from the [`Clock`]), randomness
+//! (jitter samples), validation, and wake-ups: a worker long-polling in [`Engine::claim_wait`] is woken as soon as
+//! something may have become claimable (a submission, a completion, a cancellation), and otherwise sleeps until
+//! the next timer is due — no busy polling.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_core::catalog::ActionCatalog;
+use cairn_core::clock::Clock;
+use cairn_core::failure::Failure;
+use cairn_store::{
+    ClaimRequest, Claimed, HeartbeatOutcome, Lease, OperatorAction, Report, ReportLimits, Store,
+    StoreResult,
+};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::config::EngineConfig;
+use crate::submit::{self, SubmitError, SubmitRequest, Submitted};
+
+/// Longest a long-poll sleeps before looking again when nothing is due (guards against missed wake-ups from
+/// another orchestrator sharing the database).
+const MAX_IDLE_WAIT: Duration = Duration::from_secs(1);
+
+/// The orchestrator engine. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    catalog: Arc<dyn ActionCatalog + Send + Sync>,
+    config: EngineConfig,
+    wake: Notify,
+    started_at_ms: i64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("store", &self.inner.store.backend())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Starts an engine over `store`: fails runs whose persisted state is inconsistent (case C03 b) so nothing
+    /// waits forever, then is ready to serve. Background loops are started separately ([`crate::reaper::spawn`]).
+    ///
+    /// # Errors
+    /// Store errors from the integrity check (retryable when the database is unreachable).
+    pub async fn start(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        catalog: Arc<dyn ActionCatalog + Send + Sync>,
+        config: EngineConfig,
+    ) -> StoreResult<Engine> {
+        let started_at_ms = clock.now().as_millisecond();
+        let broken = store.integrity_check(started_at_ms).await?;
+        for run_id in &broken {
+            tracing::error!(run_id = %run_id, "run failed the integrity check: its step rows are incomplete");
+        }
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                store,
+                clock,
+                catalog,
+                config,
+                wake: Notify::new(),
+                started_at_ms,
+            }),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    /// Current time in epoch milliseconds, from the injected clock.
+    pub fn now_ms(&self) -> i64 {
+        self.inner.clock.now().as_millisecond()
+    }
+
+    /// Wakes every long-polling claimer (after the clock moved in tests, or a timer came due).
+    pub fn wake(&self) {
+        self.inner.wake.notify_waiters();
+    }
+
+    /// Validates and stores a run. Invalid plans store nothing.
+    ///
+    /// # Errors
+    /// [`SubmitError::Invalid`] with every diagnostic; [`SubmitError::Conflict`] for a reused idempotency key;
+    /// [`SubmitError::Store`].
+    pub async fn submit(&self, req: &SubmitRequest) -> Result<Submitted, SubmitError> {
+        let now = self.inner.clock.now();
+        let run_id = new_run_id(now);
+        let run = submit::prepare(
+            req,
+            self.inner.catalog.as_ref(),
+            &self.inner.config.limits,
+            run_id,
+            now,
+        )?;
+        let outcome = submit::outcome(self.inner.store.create_run(&run).await?)?;
+        tracing::info!(run_id = %outcome.run_id, existing = outcome.existing, "run submitted");
+        self.wake();
+        Ok(outcome)
+    }
+
+    /// Leases up to `limit` due steps of `actions` for `worker_id`, with resolved args.
+    ///
+    /// # Errors
+    /// Store errors (retryable when the database is unreachable).
+    pub async fn claim(
+        &self,
+        worker_id: &str,
+        actions: &[String],
+        limit: u32,
+    ) -> StoreResult<Vec<Claimed>> {
+        let req = ClaimRequest {
+            worker_id: worker_id.to_owned(),
+            actions: actions.to_vec(),
+            limit,
+            now_ms: self.now_ms(),
+        };
+        let lease_ttl_ms =
+            i64::try_from(self.inner.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+        let claimed = self.inner.store.claim(&req, lease_ttl_ms).await?;
+        if !claimed.is_empty() {
+            tracing::debug!(worker_id, count = claimed.len(), "steps claimed");
+        }
+        Ok(claimed)
+    }
+
+    /// Like [`Engine::claim`], but waits up to `max_wait` (real time) for work: woken by submissions and
+    /// completions, or when the next timer is due. Returns an empty list when nothing came.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn claim_wait(
+        &self,
+        worker_id: &str,
+        actions: &[String],
+        limit: u32,
+        max_wait: Duration,
+    ) -> StoreResult<Vec<Claimed>> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            let notified = self.inner.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let claimed = self.claim(worker_id, actions, limit).await?;
+            let now = tokio::time::Instant::now();
+            if !claimed.is_empty() || now >= deadline {
+                return Ok(claimed);
+            }
+            let until_due = match self.inner.store.next_due().await? {
+                Some(due) => Duration::from_millis(u64::try_from(due - self.now_ms()).unwrap_or(0)),
+                None => MAX_IDLE_WAIT,
+            };
+            let wait = until_due
+                .min(MAX_IDLE_WAIT)
+                .min(deadline - now)
+                .max(Duration::from_millis(1));
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Accepts a result under `lease`. Stale reports (replayed, late, foreign) change nothing.
+    ///
+    /// # Errors
+    /// Store errors (retryable: resend the report).
+    pub async fn complete(&self, lease: &Lease, output: &Value) -> StoreResult<Report> {
+        let limits = ReportLimits {
+            max_output_bytes: self.inner.config.max_output_bytes,
+        };
+        let report = self
+            .inner
+            .store
+            .complete(lease, output, limits, self.now_ms())
+            .await?;
+        self.after_report(lease, report);
+        Ok(report)
+    }
+
+    /// Records a failed attempt under `lease`: retry with backoff, fail, or `outcome_unknown`.
+    ///
+    /// # Errors
+    /// Store errors (retryable: resend the report).
+    pub async fn fail(&self, lease: &Lease, failure: &Failure) -> StoreResult<Report> {
+        let report = self
+            .inner
+            .store
+            .fail(lease, failure, rand::random::<f64>(), self.now_ms())
+            .await?;
+        self.after_report(lease, report);
+        Ok(report)
+    }
+
+    fn after_report(&self, lease: &Lease, report: Report) {
+        tracing::debug!(run_id = %lease.run_id, step_id = %lease.step_id, attempt = lease.attempt, ?report, "report");
+        if report != Report::Stale {
+            self.wake();
+        }
+    }
+
+    /// Extends `lease` and saves `checkpoint`. [`HeartbeatOutcome::Gone`] means: stop, the attempt no longer
+    /// counts (cancelled, timed out, or reclaimed).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn heartbeat(
+        &self,
+        lease: &Lease,
+        checkpoint: Option<&Value>,
+    ) -> StoreResult<HeartbeatOutcome> {
+        let ttl = i64::try_from(self.inner.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+        self.inner
+            .store
+            .heartbeat(lease, checkpoint, ttl, self.now_ms())
+            .await
+    }
+
+    /// One reaper pass: fails attempts whose lease expired. During the start-up grace period only leases that
+    /// expired after this engine started are reaped, so workers get time to reconnect after an outage.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn reap(&self) -> StoreResult<usize> {
+        let now = self.now_ms();
+        let grace_ms =
+            i64::try_from(self.inner.config.startup_grace.as_millis()).unwrap_or(i64::MAX);
+        let horizon = if now < self.inner.started_at_ms.saturating_add(grace_ms) {
+            self.inner.started_at_ms.min(now)
+        } else {
+            now
+        };
+        let reaped = self
+            .inner
+            .store
+            .reap(horizon, self.inner.config.reap_batch, rand::random::<f64>())
+            .await?;
+        if reaped > 0 {
+            tracing::warn!(reaped, "expired leases reaped");
+            self.wake();
+        }
+        Ok(reaped)
+    }
+
+    /// Cancels a run: every open step, including retries waiting in backoff and timers not yet due.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn cancel_run(&self, run_id: &str) -> StoreResult<bool> {
+        let cancelled = self.inner.store.cancel_run(run_id, self.now_ms()).await?;
+        if cancelled {
+            tracing::info!(run_id, "run cancelled");
+        }
+        Ok(cancelled)
+    }
+
+    /// Applies an operator or approval decision to a step.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn operate(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        action: OperatorAction,
+        actor: &str,
+    ) -> StoreResult<bool> {
+        let done = self
+            .inner
+            .store
+            .operate(run_id, step_id, action, actor, self.now_ms())
+            .await?;
+        if done {
+            self.wake();
+        }
+        Ok(done)
+    }
+}
+
+/// A time-ordered run id (UUID v7 from the engine clock).
+fn new_run_id(now: jiff::Timestamp) -> String {
+    let secs = u64::try_from(now.as_second()).unwrap_or(0);
+    let nanos = u32::try_from(now.subsec_nanosecond()).unwrap_or(0);
+    uuid::Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, secs, nanos)).to_string()
+}
