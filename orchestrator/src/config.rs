@@ -12,8 +12,8 @@ pub struct EngineConfig {
     pub lease_ttl: Duration,
     /// How often the reaper looks for expired leases. Default 1 s.
     pub reap_interval: Duration,
-    /// After start-up the reaper waits this long before failing leases that expired while no orchestrator was
-    /// running, so workers that kept working can reconnect and report (case C14). Default: `lease_ttl`.
+    /// After start-up the reaper waits this long before failing any lease, so workers that kept working while no
+    /// orchestrator was running can reconnect and heartbeat or report (case C14). Default: `lease_ttl`.
     pub startup_grace: Duration,
     /// Largest accepted step output, in bytes of JSON text. Default 1 MiB.
     pub max_output_bytes: usize,

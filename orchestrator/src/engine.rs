@@ -18,6 +18,7 @@ use cairn_store::{
 use serde_json::Value;
 use tokio::sync::Notify;
 
+use crate::catalog::LiveCatalog;
 use crate::config::EngineConfig;
 use crate::submit::{self, SubmitError, SubmitRequest, Submitted};
 
@@ -34,7 +35,7 @@ pub struct Engine {
 struct Inner {
     store: Store,
     clock: Arc<dyn Clock>,
-    catalog: Arc<dyn ActionCatalog + Send + Sync>,
+    catalog: LiveCatalog,
     config: EngineConfig,
     wake: Notify,
     started_at_ms: i64,
@@ -69,7 +70,7 @@ impl Engine {
             inner: Arc::new(Inner {
                 store,
                 clock,
-                catalog,
+                catalog: LiveCatalog::new(catalog),
                 config,
                 wake: Notify::new(),
                 started_at_ms,
@@ -85,6 +86,11 @@ impl Engine {
     /// The configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.inner.config
+    }
+
+    /// The live action catalog (built-ins plus registered actions).
+    pub fn catalog(&self) -> &LiveCatalog {
+        &self.inner.catalog
     }
 
     /// Current time in epoch milliseconds, from the injected clock.
@@ -107,7 +113,7 @@ impl Engine {
         let run_id = new_run_id(now);
         let run = submit::prepare(
             req,
-            self.inner.catalog.as_ref(),
+            &self.inner.catalog.snapshot(),
             &self.inner.config.limits,
             run_id,
             now,
@@ -235,8 +241,11 @@ impl Engine {
             .await
     }
 
-    /// One reaper pass: fails attempts whose lease expired. During the start-up grace period only leases that
-    /// expired after this engine started are reaped, so workers get time to reconnect after an outage.
+    /// One reaper pass: fails attempts whose lease expired. Nothing is reaped during the start-up grace period
+    /// (`startup_grace` after this engine started): a lease that expired while no orchestrator was running must
+    /// not be failed before its worker has had time to reconnect and heartbeat or deliver a held result (case
+    /// C14). A lease that expires within the grace is reaped when the grace ends, so right after a restart the
+    /// liveness bound is `lease_ttl` + `startup_grace`.
     ///
     /// # Errors
     /// Store errors.
@@ -244,15 +253,15 @@ impl Engine {
         let now = self.now_ms();
         let grace_ms =
             i64::try_from(self.inner.config.startup_grace.as_millis()).unwrap_or(i64::MAX);
-        let horizon = if now < self.inner.started_at_ms.saturating_add(grace_ms) {
-            self.inner.started_at_ms.min(now)
-        } else {
-            now
-        };
+        // Reaping up to `started_at` here (as an earlier version did) failed exactly the leases the grace exists
+        // to protect: those that expired during the outage.
+        if now < self.inner.started_at_ms.saturating_add(grace_ms) {
+            return Ok(0);
+        }
         let reaped = self
             .inner
             .store
-            .reap(horizon, self.inner.config.reap_batch, rand::random::<f64>())
+            .reap(now, self.inner.config.reap_batch, rand::random::<f64>())
             .await?;
         if reaped > 0 {
             tracing::warn!(reaped, "expired leases reaped");

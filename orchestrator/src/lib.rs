@@ -6,14 +6,22 @@
 //!   operator actions.
 //! - [`submit`]: validation and timer resolution that turn a plan document into a stored run.
 //! - [`reaper`]: the background loop that fails attempts whose lease expired (crash, partition, timeout).
+//! - [`api`]: the REST API (axum) and its one error type.
+//! - [`view`]: the run as shown by the API and the CLI.
+//! - [`catalog`]: built-in plus registered actions, validated against at submit.
+//! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, fail) and its auth.
 //! - [`config`]: engine settings with units in their types.
 //! - [`clock`]: the system clock (tests inject `cairn_core::clock::ManualClock`).
 
+pub mod api;
+pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod grpc;
 pub mod reaper;
 pub mod submit;
+pub mod view;
 
 pub use config::EngineConfig;
 pub use engine::Engine;

@@ -1,3 +1,8 @@
-//! Cairn's worker protocol (`proto/cairn/v1`), compiled with tonic and prost through protox.
-//!
-//! Empty until the worker issue lands.
+//! `cairn-proto`: the worker protocol (`proto/cairn/v1/worker.proto`), generated with tonic and prost through
+//! protox at build time. [`v1`] holds the messages, `worker_service_client` and `worker_service_server`.
+
+/// Protocol version 1.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod v1 {
+    tonic::include_proto!("cairn.v1");
+}

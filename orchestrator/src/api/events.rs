@@ -1,0 +1,82 @@
+//! `GET /v1/runs/{id}/events`: the run's history as JSON (`?after=ID&limit=N`), or as a live
+//! `text/event-stream` when the client asks for it: one SSE event per history entry (`id` = sequence number,
+//! `event` = kind, `data` = the entry as JSON), ending after the run finished and everything was sent.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{self, Stream};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::AppState;
+use super::error::ApiError;
+
+/// Query of the events route.
+#[derive(Debug, Deserialize)]
+pub(super) struct EventsQuery {
+    after: Option<i64>,
+    limit: Option<i64>,
+}
+
+/// How often a live stream looks for new events (the store is the source of truth, so several orchestrators
+/// can serve one run's stream).
+const POLL: Duration = Duration::from_millis(200);
+
+pub(super) async fn events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if state.engine.store().run(&id).await?.is_none() {
+        return Err(ApiError::not_found("run"));
+    }
+    let after = q.after.unwrap_or(0);
+    let wants_stream = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream"));
+    if wants_stream {
+        return Ok(Sse::new(live(state, id, after)).keep_alive(KeepAlive::default()).into_response());
+    }
+    let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
+    let events = state.engine.store().events(&id, after, limit).await?;
+    Ok(Json(json!({"events": events})).into_response())
+}
+
+fn live(state: AppState, run_id: String, after: i64) -> impl Stream<Item = Result<Event, Infallible>> {
+    let start = (state, run_id, after, Vec::new(), false);
+    stream::unfold(start, |(state, run_id, mut after, mut pending, mut done)| async move {
+        loop {
+            if let Some(event) = pending.pop() {
+                return Some((Ok(event), (state, run_id, after, pending, done)));
+            }
+            if done {
+                return None;
+            }
+            let finished = matches!(state.engine.store().run(&run_id).await, Ok(Some(r)) if r.finished_at_ms.is_some());
+            match state.engine.store().events(&run_id, after, 500).await {
+                Ok(batch) if !batch.is_empty() => {
+                    after = batch.last().map_or(after, |e| e.id);
+                    pending = batch
+                        .iter()
+                        .rev()
+                        .map(|e| Event::default().id(e.id.to_string()).event(e.kind.clone()).data(json!(e).to_string()))
+                        .collect();
+                }
+                Ok(_) if finished => done = true,
+                Ok(_) => tokio::time::sleep(POLL).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "event stream read failed; retrying");
+                    tokio::time::sleep(POLL).await;
+                }
+            }
+        }
+    })
+}

@@ -1,0 +1,91 @@
+//! The REST API (axum, JSON, versioned under `/v1`; OpenAPI at `/openapi.json`).
+//!
+//! Routes: `GET /healthz`, `GET /readyz`, `POST /v1/plans:validate`, `POST /v1/runs`, `GET /v1/runs`,
+//! `GET /v1/runs/{id}`, `GET /v1/runs/{id}/events` (JSON, or `text/event-stream` for live updates),
+//! `POST /v1/runs/{id}:cancel`, `POST /v1/runs/{id}/steps/{step}:approve|:reject|:retry|:skip|:fail`,
+//! `GET /v1/actions`. The `:verb` suffixes are parsed in the handlers because the router does not match
+//! suffixes after a path parameter.
+//!
+//! Bearer-token auth when a token is configured (always outside `cairn dev`); bodies over the configured size
+//! are refused with 413; every error is JSON `{code, message, details}` ([`error::ApiError`]).
+
+mod body;
+pub mod error;
+mod events;
+mod openapi;
+mod runs;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::engine::Engine;
+use error::ApiError;
+
+/// API settings.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Bearer token required on `/v1` routes; `None` disables auth (only `cairn dev`).
+    pub token: Option<String>,
+    /// Largest accepted request body, in bytes (default 8 MiB).
+    pub max_body_bytes: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self { token: None, max_body_bytes: 8 * 1024 * 1024 }
+    }
+}
+
+/// Shared handler state.
+#[derive(Clone)]
+pub struct AppState {
+    /// The engine.
+    pub engine: Engine,
+    token: Option<String>,
+}
+
+/// The router with every route, auth and the body limit.
+pub fn router(engine: Engine, config: ApiConfig) -> Router {
+    let state = AppState { engine, token: config.token };
+    let v1 = Router::new()
+        .route("/v1/plans:validate", post(runs::validate))
+        .route("/v1/runs", post(runs::submit).get(runs::list))
+        .route("/v1/runs/{id}", get(runs::show).post(runs::run_action))
+        .route("/v1/runs/{id}/events", get(events::events))
+        .route("/v1/runs/{id}/steps/{step}", post(runs::step_action))
+        .route("/v1/actions", get(runs::actions))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi::document))
+        .merge(v1)
+        .fallback(|| async { ApiError::not_found("route") })
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.engine.store().next_due().await {
+        Ok(_) => "ready".into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
+        }
+    }
+}
+
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(token) = &state.token {
+        let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        if given.and_then(|g| g.strip_prefix("Bearer ")) != Some(token.as_str()) {
+            return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token")
+                .into_response();
+        }
+    }
+    next.run(request).await
+}

@@ -1,0 +1,66 @@
+//! `GET /openapi.json`: the OpenAPI 3.1 document of the REST API. The plan schema is generated from the
+//! model (schemars), so it cannot drift from what the server accepts.
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+fn error_response(description: &str) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
+pub(super) async fn document() -> Response {
+    let run_ref = json!({"$ref": "#/components/schemas/Run"});
+    let ok_run = json!({"description": "the run", "content": {"application/json": {"schema": run_ref}}});
+    let id = json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}});
+    Json(json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Cairn API", "version": "1"},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Plan": cairn_core::plan::plan_schema(),
+                "Error": {"type": "object", "required": ["code", "message"], "properties": {
+                    "code": {"type": "string"}, "message": {"type": "string"}, "details": {}}},
+                "Run": {"type": "object", "required": ["id", "status", "steps"], "properties": {
+                    "id": {"type": "string"}, "status": {"enum": ["pending", "running", "succeeded", "failed", "cancelled"]},
+                    "failure": {}, "steps": {"type": "array", "items": {"type": "object", "properties": {
+                        "id": {"type": "string"}, "status": {"type": "string"}, "attempts": {"type": "integer"},
+                        "output": {}, "failures": {"type": "array"}, "timer": {}}}}}},
+            }
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/healthz": {"get": {"summary": "liveness", "security": [], "responses": {"200": {"description": "ok"}}}},
+            "/readyz": {"get": {"summary": "readiness (database reachable)", "security": [],
+                "responses": {"200": {"description": "ready"}, "503": {"description": "database unavailable"}}}},
+            "/v1/plans:validate": {"post": {"summary": "validate a plan; every diagnostic at once",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Plan"}}}},
+                "responses": {"200": {"description": "{valid, diagnostics}"}, "400": error_response("malformed JSON"),
+                    "413": error_response("body too large"), "415": error_response("not JSON")}}},
+            "/v1/runs": {
+                "post": {"summary": "submit a run: {plan, input?, idempotency_key?}",
+                    "responses": {"201": ok_run, "200": {"description": "existing run for the idempotency key"},
+                        "400": error_response("malformed JSON"), "409": error_response("idempotency key conflict"),
+                        "413": error_response("body too large"), "415": error_response("not JSON"),
+                        "422": error_response("invalid plan; details.diagnostics")}},
+                "get": {"summary": "list runs, newest first", "parameters": [
+                    {"name": "status", "in": "query", "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer"}},
+                    {"name": "offset", "in": "query", "schema": {"type": "integer"}}],
+                    "responses": {"200": {"description": "{runs, limit, offset}"}}}},
+            "/v1/runs/{id}": {"get": {"parameters": [id.clone()], "responses": {"200": ok_run, "404": error_response("no such run")}}},
+            "/v1/runs/{id}:cancel": {"post": {"parameters": [id.clone()], "responses": {"200": ok_run,
+                "404": error_response("no such run"), "409": error_response("already finished")}}},
+            "/v1/runs/{id}/events": {"get": {"summary": "history; text/event-stream for live updates",
+                "parameters": [id.clone()], "responses": {"200": {"description": "{events} or an SSE stream"}}}},
+            "/v1/runs/{id}/steps/{step}:approve": {"post": {"responses": {"200": ok_run, "409": error_response("not waiting for approval")}}},
+            "/v1/runs/{id}/steps/{step}:reject": {"post": {"responses": {"200": ok_run, "409": error_response("not waiting for approval")}}},
+            "/v1/runs/{id}/steps/{step}:retry": {"post": {"responses": {"200": ok_run, "409": error_response("not outcome_unknown")}}},
+            "/v1/runs/{id}/steps/{step}:skip": {"post": {"responses": {"200": ok_run, "409": error_response("not outcome_unknown")}}},
+            "/v1/runs/{id}/steps/{step}:fail": {"post": {"responses": {"200": ok_run, "409": error_response("not outcome_unknown")}}},
+            "/v1/actions": {"get": {"summary": "registered actions with schemas and effects", "responses": {"200": {"description": "{actions}"}}}},
+        }
+    }))
+    .into_response()
+}

@@ -1,0 +1,147 @@
+//! Plan validation, run submission, listing, inspection, cancellation and step decisions.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use cairn_core::validate::validate_value;
+use cairn_store::OperatorAction;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::body::StrictJson;
+use super::error::ApiError;
+use crate::submit::SubmitRequest;
+use crate::view::run_view;
+
+/// `POST /v1/plans:validate` body: the plan itself, or `{"plan": …}`.
+pub(super) async fn validate(State(state): State<AppState>, StrictJson(body): StrictJson<Value>) -> Response {
+    let plan = match body.get("plan") {
+        Some(plan) if body.get("steps").is_none() => plan.clone(),
+        _ => body,
+    };
+    let catalog = state.engine.catalog().snapshot();
+    let report = validate_value(&plan, &catalog, &state.engine.config().limits);
+    Json(json!({"valid": report.valid, "diagnostics": report.diagnostics})).into_response()
+}
+
+/// `POST /v1/runs` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SubmitBody {
+    plan: Value,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+/// `POST /v1/runs`: 201 with the run, 200 when the idempotency key matched an existing run, 422 with
+/// diagnostics for an invalid plan (nothing stored), 409 for a conflicting key.
+pub(super) async fn submit(
+    State(state): State<AppState>,
+    StrictJson(body): StrictJson<SubmitBody>,
+) -> Result<Response, ApiError> {
+    let req = SubmitRequest { plan: body.plan, input: body.input, idempotency_key: body.idempotency_key };
+    let submitted = state.engine.submit(&req).await?;
+    let view = run_view(state.engine.store(), &submitted.run_id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+    let status = if submitted.existing { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(view)).into_response())
+}
+
+/// `GET /v1/runs` query.
+#[derive(Debug, Deserialize)]
+pub(super) struct ListQuery {
+    status: Option<String>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+}
+
+/// `GET /v1/runs?status=&limit=&offset=`: newest first; `limit` 1–500 (default 50).
+pub(super) async fn list(State(state): State<AppState>, Query(q): Query<ListQuery>) -> Result<Response, ApiError> {
+    let limit = q.limit.unwrap_or(50).clamp(1, 500);
+    let offset = q.offset.unwrap_or(0).max(0);
+    let runs = state.engine.store().runs(q.status.as_deref(), limit, offset).await?;
+    Ok(Json(json!({"runs": runs, "limit": limit, "offset": offset})).into_response())
+}
+
+/// `GET /v1/runs/{id}`.
+pub(super) async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let view = run_view(state.engine.store(), &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+    Ok(Json(view).into_response())
+}
+
+/// `POST /v1/runs/{id}:cancel`.
+pub(super) async fn run_action(State(state): State<AppState>, Path(id_verb): Path<String>) -> Result<Response, ApiError> {
+    let (id, verb) = split_verb(&id_verb)?;
+    if verb != "cancel" {
+        return Err(ApiError::not_found("route"));
+    }
+    if state.engine.store().run(id).await?.is_none() {
+        return Err(ApiError::not_found("run"));
+    }
+    if !state.engine.cancel_run(id).await? {
+        return Err(ApiError::new(StatusCode::CONFLICT, "already_finished", "the run has already finished"));
+    }
+    let view = run_view(state.engine.store(), id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+    Ok(Json(view).into_response())
+}
+
+/// Body of a step decision.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct DecisionBody {
+    /// Who decided (recorded in the run history).
+    #[serde(default)]
+    by: Option<String>,
+}
+
+/// `POST /v1/runs/{id}/steps/{step}:approve|:reject|:retry|:skip|:fail`.
+pub(super) async fn step_action(
+    State(state): State<AppState>,
+    Path((id, step_verb)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let (step, verb) = split_verb(&step_verb)?;
+    let action = match verb {
+        "approve" => OperatorAction::Approve,
+        "reject" => OperatorAction::Reject,
+        "retry" => OperatorAction::Retry,
+        "skip" => OperatorAction::Skip,
+        "fail" => OperatorAction::Fail,
+        _ => return Err(ApiError::not_found("route")),
+    };
+    // The body is optional: `{"by": "alice"}` records who decided.
+    let decision: DecisionBody = if body.is_empty() {
+        DecisionBody::default()
+    } else {
+        let text = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the body is not valid UTF-8"))?;
+        let value = cairn_core::document::parse(text, cairn_core::document::Format::Json)
+            .map_err(|f| ApiError::bad_request(f.message))?;
+        super::body::typed(value)?
+    };
+    let by = decision.by.unwrap_or_else(|| "api".into());
+    if !state.engine.operate(&id, step, action, &by).await? {
+        let expected = if matches!(action, OperatorAction::Approve | OperatorAction::Reject) {
+            "waiting_approval"
+        } else {
+            "outcome_unknown"
+        };
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "wrong_state",
+            format!("step `{step}` of run `{id}` is not {expected} (or does not exist)"),
+        ));
+    }
+    let view = run_view(state.engine.store(), &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+    Ok(Json(view).into_response())
+}
+
+/// `GET /v1/actions`: every action the validator accepts, with schemas and effects.
+pub(super) async fn actions(State(state): State<AppState>) -> Response {
+    Json(json!({"actions": state.engine.catalog().specs()})).into_response()
+}
+
+fn split_verb(segment: &str) -> Result<(&str, &str), ApiError> {
+    segment.rsplit_once(':').ok_or_else(|| ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "use GET"))
+}

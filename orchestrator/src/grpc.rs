@@ -1,0 +1,192 @@
+//! The worker protocol service (`proto/cairn/v1/worker.proto`) over the [`Engine`].
+//!
+//! Errors map to gRPC codes once, here: invalid JSON or a missing lease is `INVALID_ARGUMENT` (not retryable);
+//! a store failure is `UNAVAILABLE` (retryable: the worker resends the same report, which is safe because every
+//! report is fenced by its lease); a bad token is `UNAUTHENTICATED`.
+
+use std::time::Duration;
+
+use cairn_core::catalog::{ActionSpec, Effect};
+use cairn_core::failure::Failure;
+use cairn_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
+use cairn_proto::v1::{
+    self as pb, Attempt, CompleteRequest, FailRequest, HeartbeatRequest, HeartbeatResponse, PollRequest, PollResponse,
+    RegisterRequest, RegisterResponse, ReportOutcome, ReportResponse,
+};
+use cairn_store::{Claimed, HeartbeatOutcome, Lease, Report, StoreError};
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status};
+
+use crate::engine::Engine;
+
+/// Longest a poll may wait for work; keeps idle connections observable and shutdown prompt.
+const MAX_POLL_WAIT: Duration = Duration::from_secs(30);
+
+/// The gRPC service.
+#[derive(Debug, Clone)]
+pub struct WorkerGrpc {
+    engine: Engine,
+}
+
+/// The service wrapped with the token check.
+pub type AuthenticatedService = InterceptedService<WorkerServiceServer<WorkerGrpc>, TokenCheck>;
+
+impl WorkerGrpc {
+    /// The service, requiring `Bearer <token>` when `token` is set.
+    pub fn service(engine: Engine, token: Option<String>) -> AuthenticatedService {
+        WorkerServiceServer::with_interceptor(WorkerGrpc { engine }, TokenCheck { expected: token.map(|t| format!("Bearer {t}")) })
+    }
+}
+
+/// Checks the `authorization` metadata against the configured worker token.
+#[derive(Clone)]
+pub struct TokenCheck {
+    expected: Option<String>,
+}
+
+impl std::fmt::Debug for TokenCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the token.
+        f.debug_struct("TokenCheck").field("required", &self.expected.is_some()).finish()
+    }
+}
+
+impl tonic::service::Interceptor for TokenCheck {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let Some(expected) = &self.expected else { return Ok(request) };
+        match request.metadata().get("authorization").and_then(|v| v.to_str().ok()) {
+            Some(given) if given == expected => Ok(request),
+            _ => Err(Status::unauthenticated("missing or wrong worker token")),
+        }
+    }
+}
+
+fn unavailable(e: &StoreError) -> Status {
+    tracing::warn!(error = %e, "store error in worker protocol");
+    if e.is_retryable() { Status::unavailable(e.to_string()) } else { Status::internal("internal error") }
+}
+
+fn lease(worker_id: &str, lease: Option<pb::Lease>) -> Result<Lease, Status> {
+    let l = lease.ok_or_else(|| Status::invalid_argument("missing lease"))?;
+    Ok(Lease { run_id: l.run_id, step_id: l.step_id, attempt: l.attempt, worker_id: worker_id.to_owned() })
+}
+
+fn json(field: &str, text: &str) -> Result<serde_json::Value, Status> {
+    if text.is_empty() {
+        return Ok(serde_json::Value::Null);
+    }
+    serde_json::from_str(text).map_err(|e| Status::invalid_argument(format!("{field} is not JSON: {e}")))
+}
+
+fn spec(d: pb::ActionDescriptor) -> Result<ActionSpec, Status> {
+    let effect = match pb::Effect::try_from(d.effect).unwrap_or(pb::Effect::Unspecified) {
+        pb::Effect::Read => Effect::Read,
+        pb::Effect::IdempotentWrite => Effect::IdempotentWrite,
+        // Unspecified is treated as the safe choice: never re-executed blindly.
+        pb::Effect::NonIdempotent | pb::Effect::Unspecified => Effect::NonIdempotent,
+    };
+    Ok(ActionSpec {
+        args_schema: json("args_schema_json", &d.args_schema_json)?,
+        output_schema: json("output_schema_json", &d.output_schema_json)?,
+        name: d.name,
+        version: d.version,
+        description: d.description,
+        effect,
+        grounded_args: d.grounded_args,
+    })
+}
+
+fn attempt(c: Claimed, now_ms: i64) -> Attempt {
+    let traceparent = crate::grpc::traceparent(&c.lease);
+    Attempt {
+        lease: Some(pb::Lease { run_id: c.lease.run_id, step_id: c.lease.step_id, attempt: c.lease.attempt }),
+        action: c.action,
+        args_json: c.args.to_string(),
+        idempotency_key: c.idempotency_key,
+        remaining_ms: u64::try_from(c.deadline_ms - now_ms).unwrap_or(0),
+        timeout_ms: u64::try_from(c.timeout_ms).unwrap_or(0),
+        heartbeat_timeout_ms: c.heartbeat_timeout_ms.and_then(|ms| u64::try_from(ms).ok()),
+        checkpoint_json: c.checkpoint.map(|v| v.to_string()),
+        traceparent,
+    }
+}
+
+/// W3C `traceparent` for an attempt: the trace id is derived from the run id so a run keeps one trace across
+/// restarts; the span id from the step and attempt.
+pub fn traceparent(lease: &Lease) -> String {
+    let trace: String = lease.run_id.chars().filter(char::is_ascii_hexdigit).take(32).collect();
+    let trace = format!("{trace:0>32}");
+    let mut span: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in lease.step_id.bytes().chain(lease.attempt.to_le_bytes()) {
+        span = (span ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("00-{trace}-{span:016x}-01")
+}
+
+fn outcome(report: Report) -> ReportResponse {
+    let outcome = match report {
+        Report::Succeeded => ReportOutcome::Succeeded,
+        Report::RetryScheduled => ReportOutcome::RetryScheduled,
+        Report::Failed => ReportOutcome::Failed,
+        Report::OutcomeUnknown => ReportOutcome::OutcomeUnknown,
+        Report::Stale => ReportOutcome::Stale,
+    };
+    ReportResponse { outcome: outcome.into() }
+}
+
+#[tonic::async_trait]
+impl WorkerService for WorkerGrpc {
+    async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<RegisterResponse>, Status> {
+        let req = request.into_inner();
+        let specs = req.actions.into_iter().map(spec).collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+        self.engine.catalog().register(specs).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.engine.store().worker_upsert(&req.worker_id, &names, self.engine.now_ms()).await.map_err(|e| unavailable(&e))?;
+        tracing::info!(worker_id = %req.worker_id, actions = ?names, "worker registered");
+        let ttl = u64::try_from(self.engine.config().lease_ttl.as_millis()).unwrap_or(u64::MAX);
+        Ok(Response::new(RegisterResponse { lease_ttl_ms: ttl, heartbeat_interval_ms: (ttl / 4).max(100) }))
+    }
+
+    async fn poll(&self, request: Request<PollRequest>) -> Result<Response<PollResponse>, Status> {
+        let req = request.into_inner();
+        let wait = Duration::from_millis(req.wait_ms).min(MAX_POLL_WAIT);
+        let limit = req.max_attempts.clamp(1, 256);
+        let claimed =
+            self.engine.claim_wait(&req.worker_id, &req.actions, limit, wait).await.map_err(|e| unavailable(&e))?;
+        let now = self.engine.now_ms();
+        Ok(Response::new(PollResponse { attempts: claimed.into_iter().map(|c| attempt(c, now)).collect() }))
+    }
+
+    async fn heartbeat(&self, request: Request<HeartbeatRequest>) -> Result<Response<HeartbeatResponse>, Status> {
+        let req = request.into_inner();
+        let lease = lease(&req.worker_id, req.lease)?;
+        let checkpoint = req.checkpoint_json.as_deref().map(|t| json("checkpoint_json", t)).transpose()?;
+        let outcome = self.engine.heartbeat(&lease, checkpoint.as_ref()).await.map_err(|e| unavailable(&e))?;
+        Ok(Response::new(HeartbeatResponse { alive: matches!(outcome, HeartbeatOutcome::Extended { .. }) }))
+    }
+
+    async fn complete(&self, request: Request<CompleteRequest>) -> Result<Response<ReportResponse>, Status> {
+        let req = request.into_inner();
+        let lease = lease(&req.worker_id, req.lease)?;
+        let output = json("output_json", &req.output_json)?;
+        let report = self.engine.complete(&lease, &output).await.map_err(|e| unavailable(&e))?;
+        Ok(Response::new(outcome(report)))
+    }
+
+    async fn fail(&self, request: Request<FailRequest>) -> Result<Response<ReportResponse>, Status> {
+        let req = request.into_inner();
+        let lease = lease(&req.worker_id, req.lease)?;
+        let f = req.failure.ok_or_else(|| Status::invalid_argument("missing failure"))?;
+        let failure = Failure {
+            details: json("details_json", &f.details_json)?,
+            code: if f.code.is_empty() { "action_error".into() } else { f.code },
+            message: f.message,
+            retryable: f.retryable,
+            retry_after_ms: f.retry_after_ms,
+            did_not_take_effect: f.did_not_take_effect,
+            degraded: f.degraded,
+        };
+        let report = self.engine.fail(&lease, &failure).await.map_err(|e| unavailable(&e))?;
+        Ok(Response::new(outcome(report)))
+    }
+}

@@ -1,0 +1,37 @@
+//! The run as shown to people and scripts (API `GET /v1/runs/{id}`, `cairn show --json`).
+//!
+//! Shape: `{id, status, plan_id, created_at_ms, finished_at_ms, failure, steps: [{id, action, status, attempts,
+//! output, error, failures: [failure records, oldest first], timer: {not_before_at_ms, local} | null,
+//! available_at_ms}]}`. `failure` on the run names the root cause: the first failed step, its code, message and
+//! suggestion.
+
+use cairn_store::{Store, StoreResult};
+use serde_json::{Value, json};
+
+/// The run with its steps, attempts and failure records; `None` when there is no such run.
+///
+/// # Errors
+/// Store errors.
+pub async fn run_view(store: &Store, run_id: &str) -> StoreResult<Option<Value>> {
+    let Some(run) = store.run(run_id).await? else { return Ok(None) };
+    let steps = store.steps(run_id).await?;
+    let attempts = store.attempts(run_id).await?;
+    let steps: Vec<Value> = steps
+        .into_iter()
+        .map(|s| {
+            let failures: Vec<&Value> =
+                attempts.iter().filter(|a| a.step_id == s.id).filter_map(|a| a.failure.as_ref()).collect();
+            let timer = s.not_before_at_ms.map(|at| json!({"not_before_at_ms": at, "local": s.not_before_local}));
+            json!({
+                "id": s.id, "action": s.action, "status": s.status, "attempts": s.attempts,
+                "output": s.output, "error": s.error, "failures": failures, "timer": timer,
+                "available_at_ms": s.available_at_ms, "checkpoint": s.checkpoint,
+            })
+        })
+        .collect();
+    Ok(Some(json!({
+        "id": run.id, "status": run.status, "plan_id": run.plan_id, "step_count": run.step_count,
+        "open_steps": run.open_steps, "failure": run.failure, "created_at_ms": run.created_at_ms,
+        "finished_at_ms": run.finished_at_ms, "steps": steps,
+    })))
+}
