@@ -12,8 +12,7 @@ use cairn_core::catalog::ActionCatalog;
 use cairn_core::clock::Clock;
 use cairn_core::failure::Failure;
 use cairn_store::{
-    ClaimRequest, Claimed, HeartbeatOutcome, Lease, OperatorAction, Report, ReportLimits, Store,
-    StoreResult,
+    ClaimRequest, Claimed, HeartbeatOutcome, Lease, OperatorAction, Report, ReportLimits, Store, StoreResult,
 };
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -43,9 +42,7 @@ struct Inner {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine")
-            .field("store", &self.inner.store.backend())
-            .finish_non_exhaustive()
+        f.debug_struct("Engine").field("store", &self.inner.store.backend()).finish_non_exhaustive()
     }
 }
 
@@ -111,13 +108,7 @@ impl Engine {
     pub async fn submit(&self, req: &SubmitRequest) -> Result<Submitted, SubmitError> {
         let now = self.inner.clock.now();
         let run_id = new_run_id(now);
-        let run = submit::prepare(
-            req,
-            &self.inner.catalog.snapshot(),
-            &self.inner.config.limits,
-            run_id,
-            now,
-        )?;
+        let run = submit::prepare(req, &self.inner.catalog.snapshot(), &self.inner.config.limits, run_id, now)?;
         let outcome = submit::outcome(self.inner.store.create_run(&run).await?)?;
         tracing::info!(run_id = %outcome.run_id, existing = outcome.existing, "run submitted");
         self.wake();
@@ -128,20 +119,10 @@ impl Engine {
     ///
     /// # Errors
     /// Store errors (retryable when the database is unreachable).
-    pub async fn claim(
-        &self,
-        worker_id: &str,
-        actions: &[String],
-        limit: u32,
-    ) -> StoreResult<Vec<Claimed>> {
-        let req = ClaimRequest {
-            worker_id: worker_id.to_owned(),
-            actions: actions.to_vec(),
-            limit,
-            now_ms: self.now_ms(),
-        };
-        let lease_ttl_ms =
-            i64::try_from(self.inner.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+    pub async fn claim(&self, worker_id: &str, actions: &[String], limit: u32) -> StoreResult<Vec<Claimed>> {
+        let req =
+            ClaimRequest { worker_id: worker_id.to_owned(), actions: actions.to_vec(), limit, now_ms: self.now_ms() };
+        let lease_ttl_ms = i64::try_from(self.inner.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
         let claimed = self.inner.store.claim(&req, lease_ttl_ms).await?;
         if !claimed.is_empty() {
             tracing::debug!(worker_id, count = claimed.len(), "steps claimed");
@@ -175,10 +156,7 @@ impl Engine {
                 Some(due) => Duration::from_millis(u64::try_from(due - self.now_ms()).unwrap_or(0)),
                 None => MAX_IDLE_WAIT,
             };
-            let wait = until_due
-                .min(MAX_IDLE_WAIT)
-                .min(deadline - now)
-                .max(Duration::from_millis(1));
+            let wait = until_due.min(MAX_IDLE_WAIT).min(deadline - now).max(Duration::from_millis(1));
             tokio::select! {
                 () = &mut notified => {}
                 () = tokio::time::sleep(wait) => {}
@@ -191,14 +169,8 @@ impl Engine {
     /// # Errors
     /// Store errors (retryable: resend the report).
     pub async fn complete(&self, lease: &Lease, output: &Value) -> StoreResult<Report> {
-        let limits = ReportLimits {
-            max_output_bytes: self.inner.config.max_output_bytes,
-        };
-        let report = self
-            .inner
-            .store
-            .complete(lease, output, limits, self.now_ms())
-            .await?;
+        let limits = ReportLimits { max_output_bytes: self.inner.config.max_output_bytes };
+        let report = self.inner.store.complete(lease, output, limits, self.now_ms()).await?;
         self.after_report(lease, report);
         Ok(report)
     }
@@ -208,11 +180,7 @@ impl Engine {
     /// # Errors
     /// Store errors (retryable: resend the report).
     pub async fn fail(&self, lease: &Lease, failure: &Failure) -> StoreResult<Report> {
-        let report = self
-            .inner
-            .store
-            .fail(lease, failure, rand::random::<f64>(), self.now_ms())
-            .await?;
+        let report = self.inner.store.fail(lease, failure, rand::random::<f64>(), self.now_ms()).await?;
         self.after_report(lease, report);
         Ok(report)
     }
@@ -229,16 +197,9 @@ impl Engine {
     ///
     /// # Errors
     /// Store errors.
-    pub async fn heartbeat(
-        &self,
-        lease: &Lease,
-        checkpoint: Option<&Value>,
-    ) -> StoreResult<HeartbeatOutcome> {
+    pub async fn heartbeat(&self, lease: &Lease, checkpoint: Option<&Value>) -> StoreResult<HeartbeatOutcome> {
         let ttl = i64::try_from(self.inner.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
-        self.inner
-            .store
-            .heartbeat(lease, checkpoint, ttl, self.now_ms())
-            .await
+        self.inner.store.heartbeat(lease, checkpoint, ttl, self.now_ms()).await
     }
 
     /// One reaper pass: fails attempts whose lease expired. Nothing is reaped during the start-up grace period
@@ -251,18 +212,13 @@ impl Engine {
     /// Store errors.
     pub async fn reap(&self) -> StoreResult<usize> {
         let now = self.now_ms();
-        let grace_ms =
-            i64::try_from(self.inner.config.startup_grace.as_millis()).unwrap_or(i64::MAX);
+        let grace_ms = i64::try_from(self.inner.config.startup_grace.as_millis()).unwrap_or(i64::MAX);
         // Reaping up to `started_at` here (as an earlier version did) failed exactly the leases the grace exists
         // to protect: those that expired during the outage.
         if now < self.inner.started_at_ms.saturating_add(grace_ms) {
             return Ok(0);
         }
-        let reaped = self
-            .inner
-            .store
-            .reap(now, self.inner.config.reap_batch, rand::random::<f64>())
-            .await?;
+        let reaped = self.inner.store.reap(now, self.inner.config.reap_batch, rand::random::<f64>()).await?;
         if reaped > 0 {
             tracing::warn!(reaped, "expired leases reaped");
             self.wake();
@@ -286,18 +242,8 @@ impl Engine {
     ///
     /// # Errors
     /// Store errors.
-    pub async fn operate(
-        &self,
-        run_id: &str,
-        step_id: &str,
-        action: OperatorAction,
-        actor: &str,
-    ) -> StoreResult<bool> {
-        let done = self
-            .inner
-            .store
-            .operate(run_id, step_id, action, actor, self.now_ms())
-            .await?;
+    pub async fn operate(&self, run_id: &str, step_id: &str, action: OperatorAction, actor: &str) -> StoreResult<bool> {
+        let done = self.inner.store.operate(run_id, step_id, action, actor, self.now_ms()).await?;
         if done {
             self.wake();
         }

@@ -34,7 +34,10 @@ pub type AuthenticatedService = InterceptedService<WorkerServiceServer<WorkerGrp
 impl WorkerGrpc {
     /// The service, requiring `Bearer <token>` when `token` is set.
     pub fn service(engine: Engine, token: Option<String>) -> AuthenticatedService {
-        WorkerServiceServer::with_interceptor(WorkerGrpc { engine }, TokenCheck { expected: token.map(|t| format!("Bearer {t}")) })
+        WorkerServiceServer::with_interceptor(
+            WorkerGrpc { engine },
+            TokenCheck { expected: token.map(|t| format!("Bearer {t}")) },
+        )
     }
 }
 
@@ -141,7 +144,11 @@ impl WorkerService for WorkerGrpc {
         let specs = req.actions.into_iter().map(spec).collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
         self.engine.catalog().register(specs).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        self.engine.store().worker_upsert(&req.worker_id, &names, self.engine.now_ms()).await.map_err(|e| unavailable(&e))?;
+        self.engine
+            .store()
+            .worker_upsert(&req.worker_id, &names, self.engine.now_ms())
+            .await
+            .map_err(|e| unavailable(&e))?;
         tracing::info!(worker_id = %req.worker_id, actions = ?names, "worker registered");
         let ttl = u64::try_from(self.engine.config().lease_ttl.as_millis()).unwrap_or(u64::MAX);
         Ok(Response::new(RegisterResponse { lease_ttl_ms: ttl, heartbeat_interval_ms: (ttl / 4).max(100) }))

@@ -10,6 +10,7 @@
 //! - [`view`]: the run as shown by the API and the CLI.
 //! - [`catalog`]: built-in plus registered actions, validated against at submit.
 //! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, fail) and its auth.
+//! - [`server`]: one orchestrator process (engine + REST + gRPC + reaper) on its listeners.
 //! - [`config`]: engine settings with units in their types.
 //! - [`clock`]: the system clock (tests inject `cairn_core::clock::ManualClock`).
 
@@ -20,6 +21,7 @@ pub mod config;
 pub mod engine;
 pub mod grpc;
 pub mod reaper;
+pub mod server;
 pub mod submit;
 pub mod view;
 

@@ -63,11 +63,7 @@ pub(crate) fn prepare(
         return Err(SubmitError::Invalid(report.diagnostics));
     };
     let timers = resolve_timers(&plan, now).map_err(SubmitError::Invalid)?;
-    let input = req
-        .input
-        .clone()
-        .or_else(|| plan.input.clone())
-        .unwrap_or(Value::Object(Default::default()));
+    let input = req.input.clone().or_else(|| plan.input.clone()).unwrap_or(Value::Object(Default::default()));
     Ok(NewRun {
         run_id,
         plan,
@@ -79,13 +75,9 @@ pub(crate) fn prepare(
 }
 
 /// Resolves every `not_before` to (instant in ms, spec with zone as written).
-fn resolve_timers(
-    plan: &Plan,
-    clock_now: Timestamp,
-) -> Result<Vec<Option<(i64, String)>>, Vec<Diagnostic>> {
+fn resolve_timers(plan: &Plan, clock_now: Timestamp) -> Result<Vec<Option<(i64, String)>>, Vec<Diagnostic>> {
     let zone_name = plan.context.timezone.as_deref().unwrap_or("UTC");
-    let zone = time_spec::zone(zone_name)
-        .map_err(|e| vec![timer_diagnostic("/context/timezone", None, e)])?;
+    let zone = time_spec::zone(zone_name).map_err(|e| vec![timer_diagnostic("/context/timezone", None, e)])?;
     let now = match plan.context.now.as_deref() {
         Some(text) => text.parse::<Timestamp>().unwrap_or(clock_now),
         None => clock_now,
@@ -97,28 +89,19 @@ fn resolve_timers(
             out.push(None);
             continue;
         };
-        let resolved =
-            time_spec::parse(spec).and_then(|parsed| time_spec::resolve(&parsed, now, &zone));
+        let resolved = time_spec::parse(spec).and_then(|parsed| time_spec::resolve(&parsed, now, &zone));
         match resolved {
             Ok(r) => {
                 let local = r.local.unwrap_or_else(|| spec.clone());
                 out.push(Some((r.at.as_millisecond(), local)));
             }
             Err(e) => {
-                errors.push(timer_diagnostic(
-                    &format!("/steps/{i}/not_before"),
-                    Some(&step.id),
-                    e,
-                ));
+                errors.push(timer_diagnostic(&format!("/steps/{i}/not_before"), Some(&step.id), e));
                 out.push(None);
             }
         }
     }
-    if errors.is_empty() {
-        Ok(out)
-    } else {
-        Err(errors)
-    }
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
 }
 
 fn timer_diagnostic(pointer: &str, step: Option<&str>, e: time_spec::TimeSpecError) -> Diagnostic {
@@ -132,14 +115,8 @@ fn timer_diagnostic(pointer: &str, step: Option<&str>, e: time_spec::TimeSpecErr
 /// Maps the store's answer to the caller's.
 pub(crate) fn outcome(created: CreateOutcome) -> Result<Submitted, SubmitError> {
     match created {
-        CreateOutcome::Created(run_id) => Ok(Submitted {
-            run_id,
-            existing: false,
-        }),
-        CreateOutcome::Existing(run_id) => Ok(Submitted {
-            run_id,
-            existing: true,
-        }),
+        CreateOutcome::Created(run_id) => Ok(Submitted { run_id, existing: false }),
+        CreateOutcome::Existing(run_id) => Ok(Submitted { run_id, existing: true }),
         CreateOutcome::Conflict(run_id) => Err(SubmitError::Conflict { run_id }),
     }
 }

@@ -1,4 +1,7 @@
-//! One module per subcommand.
+//! One module per subcommand (client commands over the REST API share `runs`).
 
+pub mod run;
+pub mod runs;
 pub mod schema;
+pub mod serve;
 pub mod validate;

@@ -39,10 +39,7 @@ pub struct Args {
 /// Validates every file; see the module docs for exit codes.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let catalog = StaticCatalog::builtin();
-    let limits = Limits {
-        max_steps: args.max_steps,
-        ..Limits::default()
-    };
+    let limits = Limits { max_steps: args.max_steps, ..Limits::default() };
     let mut all_valid = true;
     for file in &args.files {
         let (name, text) = read(file)?;
@@ -54,30 +51,22 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             OutputFormat::Text => print_text(&name, &report),
         }
     }
-    Ok(if all_valid {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(if all_valid { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn read(file: &PathBuf) -> anyhow::Result<(String, String)> {
     if file.as_os_str() == "-" {
         let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading the plan from standard input")?;
+        std::io::stdin().read_to_string(&mut text).context("reading the plan from standard input")?;
         return Ok(("<stdin>".into(), text));
     }
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let text = String::from_utf8(bytes)
-        .with_context(|| format!("{} is not valid UTF-8", file.display()))?;
+    let text = String::from_utf8(bytes).with_context(|| format!("{} is not valid UTF-8", file.display()))?;
     Ok((file.display().to_string(), text))
 }
 
 fn print_json(name: &str, report: &Report) -> anyhow::Result<()> {
-    let value =
-        serde_json::json!({"file": name, "valid": report.valid, "diagnostics": report.diagnostics});
+    let value = serde_json::json!({"file": name, "valid": report.valid, "diagnostics": report.diagnostics});
     println!("{}", serde_json::to_string(&value)?);
     Ok(())
 }
@@ -100,21 +89,9 @@ fn render(d: &Diagnostic) -> String {
         Severity::Error => "error",
         Severity::Warning => "warning",
     };
-    let step = d
-        .step_id
-        .as_deref()
-        .map(|s| format!(" step `{s}`"))
-        .unwrap_or_default();
-    let at = if d.pointer.is_empty() {
-        "/".to_owned()
-    } else {
-        d.pointer.clone()
-    };
-    let mut out = format!(
-        "  {severity}[{}]{step} at {at}\n    {}",
-        d.code.as_str(),
-        d.message
-    );
+    let step = d.step_id.as_deref().map(|s| format!(" step `{s}`")).unwrap_or_default();
+    let at = if d.pointer.is_empty() { "/".to_owned() } else { d.pointer.clone() };
+    let mut out = format!("  {severity}[{}]{step} at {at}\n    {}", d.code.as_str(), d.message);
     if let Some(hint) = &d.hint {
         out.push_str(&format!("\n    hint: {hint}"));
     }

@@ -38,10 +38,8 @@ pub(super) async fn events(
         return Err(ApiError::not_found("run"));
     }
     let after = q.after.unwrap_or(0);
-    let wants_stream = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("text/event-stream"));
+    let wants_stream =
+        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/event-stream"));
     if wants_stream {
         return Ok(Sse::new(live(state, id, after)).keep_alive(KeepAlive::default()).into_response());
     }

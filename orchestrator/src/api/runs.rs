@@ -73,7 +73,10 @@ pub(super) async fn show(State(state): State<AppState>, Path(id): Path<String>) 
 }
 
 /// `POST /v1/runs/{id}:cancel`.
-pub(super) async fn run_action(State(state): State<AppState>, Path(id_verb): Path<String>) -> Result<Response, ApiError> {
+pub(super) async fn run_action(
+    State(state): State<AppState>,
+    Path(id_verb): Path<String>,
+) -> Result<Response, ApiError> {
     let (id, verb) = split_verb(&id_verb)?;
     if verb != "cancel" {
         return Err(ApiError::not_found("route"));
@@ -143,5 +146,7 @@ pub(super) async fn actions(State(state): State<AppState>) -> Response {
 }
 
 fn split_verb(segment: &str) -> Result<(&str, &str), ApiError> {
-    segment.rsplit_once(':').ok_or_else(|| ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "use GET"))
+    segment
+        .rsplit_once(':')
+        .ok_or_else(|| ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "use GET"))
 }

@@ -1,0 +1,125 @@
+//! `cairn run FILE`: submit a plan and follow it live until it finishes, then print a summary.
+//!
+//! Exit codes: 0 succeeded, 1 failed (or the plan is invalid), 3 cancelled, 2 usage or I/O error. Against a
+//! server given by `--server`/`CAIRN_SERVER`, or on its own: an embedded orchestrator on the SQLite default with
+//! an in-process worker.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::runs::{exit_code, print_diagnostics, print_summary, read_plan, submit_body};
+use crate::client::Client;
+use crate::embedded;
+use crate::settings::Settings;
+
+/// Arguments of `cairn run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Plan file (JSON or YAML; `-` reads stdin).
+    file: PathBuf,
+    /// REST API of a running orchestrator (`CAIRN_SERVER`); without it an embedded one is started.
+    #[arg(long)]
+    server: Option<String>,
+    /// Run input as JSON (default: the plan's `input`).
+    #[arg(long)]
+    input: Option<String>,
+    /// Run-level idempotency key.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+    /// Print the finished run as JSON instead of the progress display.
+    #[arg(long)]
+    json: bool,
+    /// Embedded mode: database (default `sqlite:cairn.db`).
+    #[arg(long)]
+    db: Option<String>,
+    /// Embedded mode: answer `weather.forecast` from a local fixture (offline demo).
+    #[arg(long)]
+    demo: bool,
+}
+
+/// Runs the command.
+pub async fn run(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode> {
+    let plan = read_plan(&args.file)?;
+    let server = args.server.clone().or_else(|| settings.server.clone());
+    let embedded = match &server {
+        Some(_) => None,
+        None => {
+            if let Some(db) = &args.db {
+                settings.db.clone_from(db);
+            }
+            settings.http = ([127, 0, 0, 1], 0).into();
+            settings.grpc = ([127, 0, 0, 1], 0).into();
+            Some(embedded::start(&settings, args.demo).await?)
+        }
+    };
+    let base = server.unwrap_or_else(|| embedded.as_ref().map(embedded::Embedded::url).unwrap_or_default());
+    let client = Client::new(&base, settings.api_token.clone())?;
+    let outcome = follow(&client, args, plan).await;
+    if let Some(app) = embedded {
+        app.shutdown().await;
+    }
+    outcome
+}
+
+async fn follow(client: &Client, args: &Args, plan: Value) -> anyhow::Result<ExitCode> {
+    let body = submit_body(plan, args.input.as_deref(), args.idempotency_key.as_deref())?;
+    let (status, run) = client.call(reqwest::Method::POST, "/v1/runs", Some(&body)).await?;
+    if status.as_u16() == 422 {
+        print_diagnostics(&run);
+        return Ok(ExitCode::from(1));
+    }
+    if !status.is_success() {
+        anyhow::bail!("{status}: {}", run.get("message").and_then(Value::as_str).unwrap_or("submit failed"));
+    }
+    let id = run["id"].as_str().unwrap_or_default().to_owned();
+    if !args.json {
+        println!("run {id} submitted ({} steps)", run["steps"].as_array().map_or(0, Vec::len));
+    }
+    let mut seen: HashMap<String, String> = HashMap::new();
+    loop {
+        let run = client.get(&format!("/v1/runs/{id}")).await?;
+        if !args.json {
+            progress(&run, &mut seen);
+        }
+        let status = run["status"].as_str().unwrap_or("");
+        if matches!(status, "succeeded" | "failed" | "cancelled") {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&run)?);
+            } else {
+                print_summary(&run);
+            }
+            return Ok(exit_code(status));
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+/// Prints one line per step status change.
+fn progress(run: &Value, seen: &mut HashMap<String, String>) {
+    for step in run["steps"].as_array().into_iter().flatten() {
+        let id = step["id"].as_str().unwrap_or("?").to_owned();
+        let status = step["status"].as_str().unwrap_or("?").to_owned();
+        if seen.get(&id) == Some(&status) {
+            continue;
+        }
+        let detail = match status.as_str() {
+            "ready" => step["timer"]["local"].as_str().map(|t| format!(" (timer: {t})")).unwrap_or_default(),
+            "failed" | "outcome_unknown" => {
+                format!(
+                    " ({}: {})",
+                    step["error"]["code"].as_str().unwrap_or("?"),
+                    step["error"]["message"].as_str().unwrap_or("")
+                )
+            }
+            "succeeded" => format!(" ({} attempt(s))", step["attempts"]),
+            _ => String::new(),
+        };
+        println!("  {:<16} {status}{detail}", id);
+        seen.insert(id, status);
+    }
+    let _ = json!(null);
+}

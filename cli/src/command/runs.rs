@@ -1,0 +1,267 @@
+//! Client commands over the REST API: `submit`, `runs`, `show`, `logs`, `cancel`, `approve`, `reject`, `retry`,
+//! `skip`, and the printing they share with `run`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use cairn_core::document::{self, Format};
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::settings::Settings;
+
+/// Reads a plan file (JSON or YAML; `-` for stdin) strictly (duplicate keys refused).
+pub fn read_plan(path: &Path) -> anyhow::Result<Value> {
+    let (name, text) = if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).context("reading the plan from standard input")?;
+        ("<stdin>".to_owned(), text)
+    } else {
+        (
+            path.display().to_string(),
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        )
+    };
+    let format = Format::detect(Some(&name), &text);
+    document::parse(&text, format).map_err(|f| anyhow::anyhow!("{name}: {}", f.message))
+}
+
+/// The `POST /v1/runs` body.
+pub fn submit_body(plan: Value, input: Option<&str>, key: Option<&str>) -> anyhow::Result<Value> {
+    let mut body = json!({"plan": plan});
+    if let Some(input) = input {
+        body["input"] = serde_json::from_str(input).context("--input is not valid JSON")?;
+    }
+    if let Some(key) = key {
+        body["idempotency_key"] = json!(key);
+    }
+    Ok(body)
+}
+
+/// Exit code for a final run status: 0 succeeded, 1 failed, 3 cancelled.
+pub fn exit_code(status: &str) -> ExitCode {
+    match status {
+        "succeeded" => ExitCode::SUCCESS,
+        "cancelled" => ExitCode::from(3),
+        _ => ExitCode::from(1),
+    }
+}
+
+/// Prints the diagnostics of a 422 answer.
+pub fn print_diagnostics(answer: &Value) {
+    eprintln!("the plan is invalid:");
+    for d in answer["details"]["diagnostics"].as_array().into_iter().flatten() {
+        let step = d["step_id"].as_str().map(|s| format!(" step `{s}`")).unwrap_or_default();
+        eprintln!(
+            "  {}[{}]{step} at {}",
+            d["severity"].as_str().unwrap_or("error"),
+            d["code"].as_str().unwrap_or("?"),
+            d["pointer"].as_str().unwrap_or("")
+        );
+        eprintln!("    {}", d["message"].as_str().unwrap_or(""));
+        if let Some(hint) = d["hint"].as_str() {
+            eprintln!("    hint: {hint}");
+        }
+    }
+}
+
+/// Prints a finished (or current) run: status, root cause, then each step with attempts and failure records.
+pub fn print_summary(run: &Value) {
+    println!("run {}: {}", run["id"].as_str().unwrap_or("?"), run["status"].as_str().unwrap_or("?"));
+    if let Some(failure) = run["failure"].as_object() {
+        println!(
+            "  root cause: step `{}` {}: {} (suggestion: {})",
+            failure.get("step_id").and_then(Value::as_str).unwrap_or("?"),
+            failure.get("code").and_then(Value::as_str).unwrap_or("?"),
+            failure.get("message").and_then(Value::as_str).unwrap_or(""),
+            failure.get("suggestion").and_then(Value::as_str).unwrap_or("-"),
+        );
+    }
+    for step in run["steps"].as_array().into_iter().flatten() {
+        let timer = step["timer"]["local"].as_str().map(|t| format!("  timer {t}")).unwrap_or_default();
+        println!(
+            "  {:<16} {:<16} attempts {}{timer}",
+            step["id"].as_str().unwrap_or("?"),
+            step["status"].as_str().unwrap_or("?"),
+            step["attempts"]
+        );
+        for f in step["failures"].as_array().into_iter().flatten() {
+            println!(
+                "      attempt {}: {} — {} (retryable {}, suggestion {})",
+                f["attempt"],
+                f["code"].as_str().unwrap_or("?"),
+                f["message"].as_str().unwrap_or(""),
+                f["retryable"],
+                f["suggestion"].as_str().unwrap_or("-")
+            );
+        }
+    }
+}
+
+/// Where client commands connect.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    /// REST API URL (`CAIRN_SERVER`; default http://127.0.0.1:7400).
+    #[arg(long)]
+    server: Option<String>,
+    /// Machine-readable JSON output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Target {
+    /// The client for these flags and settings.
+    pub fn client(&self, settings: &Settings) -> anyhow::Result<Client> {
+        let url = self
+            .server
+            .clone()
+            .or_else(|| settings.server.clone())
+            .unwrap_or_else(|| format!("http://{}", settings.http));
+        Client::new(&url, settings.api_token.clone())
+    }
+}
+
+/// Arguments of `cairn submit`.
+#[derive(Debug, clap::Args)]
+pub struct SubmitArgs {
+    /// Plan file.
+    file: PathBuf,
+    /// Run input as JSON.
+    #[arg(long)]
+    input: Option<String>,
+    /// Run-level idempotency key.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `cairn submit`: prints the run id (or the run as JSON with `--json`).
+pub async fn submit(args: &SubmitArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let client = args.target.client(settings)?;
+    let body = submit_body(read_plan(&args.file)?, args.input.as_deref(), args.idempotency_key.as_deref())?;
+    let (status, run) = client.call(reqwest::Method::POST, "/v1/runs", Some(&body)).await?;
+    if status.as_u16() == 422 {
+        print_diagnostics(&run);
+        return Ok(ExitCode::from(1));
+    }
+    anyhow::ensure!(status.is_success(), "{status}: {}", run["message"].as_str().unwrap_or("submit failed"));
+    if args.target.json {
+        println!("{}", serde_json::to_string_pretty(&run)?);
+    } else {
+        println!("{}", run["id"].as_str().unwrap_or_default());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `cairn runs`.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only runs with this status.
+    #[arg(long)]
+    status: Option<String>,
+    /// Most runs to list.
+    #[arg(long, default_value_t = 20)]
+    limit: u32,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `cairn runs`.
+pub async fn list(args: &ListArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let client = args.target.client(settings)?;
+    let mut path = format!("/v1/runs?limit={}", args.limit);
+    if let Some(status) = &args.status {
+        path.push_str(&format!("&status={status}"));
+    }
+    let answer = client.get(&path).await?;
+    if args.target.json {
+        println!("{}", serde_json::to_string_pretty(&answer["runs"])?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for run in answer["runs"].as_array().into_iter().flatten() {
+        println!(
+            "{}  {:<10} steps {:>5}  open {:>5}",
+            run["id"].as_str().unwrap_or("?"),
+            run["status"].as_str().unwrap_or("?"),
+            run["step_count"],
+            run["open_steps"]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments naming one run.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Run id.
+    run: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `cairn show RUN`.
+pub async fn show(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let run = args.target.client(settings)?.get(&format!("/v1/runs/{}", args.run)).await?;
+    if args.target.json {
+        println!("{}", serde_json::to_string_pretty(&run)?);
+    } else {
+        print_summary(&run);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn logs RUN`: the event history.
+pub async fn logs(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let answer = args.target.client(settings)?.get(&format!("/v1/runs/{}/events", args.run)).await?;
+    if args.target.json {
+        println!("{}", serde_json::to_string_pretty(&answer["events"])?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for e in answer["events"].as_array().into_iter().flatten() {
+        let at = e["at_ms"]
+            .as_i64()
+            .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        println!(
+            "{at}  {:<24} {:<16} {}",
+            e["kind"].as_str().unwrap_or("?"),
+            e["step_id"].as_str().unwrap_or("-"),
+            e["data"]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn cancel RUN`: exit 0 when cancelled.
+pub async fn cancel(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:cancel", args.run), None).await?;
+    println!("run {}: {}", args.run, run["status"].as_str().unwrap_or("?"));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments naming one step.
+#[derive(Debug, clap::Args)]
+pub struct StepArgs {
+    /// Run id.
+    run: String,
+    /// Step id.
+    step: String,
+    /// Who decides (recorded in the history).
+    #[arg(long, default_value = "cli")]
+    by: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `cairn approve|reject|retry|skip RUN STEP`.
+pub async fn decide(verb: &str, args: &StepArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let path = format!("/v1/runs/{}/steps/{}:{verb}", args.run, args.step);
+    let run = args.target.client(settings)?.post(&path, Some(&json!({"by": args.by}))).await?;
+    let step = run["steps"].as_array().into_iter().flatten().find(|s| s["id"] == args.step.as_str());
+    println!("step {}: {}", args.step, step.and_then(|s| s["status"].as_str()).unwrap_or("?"));
+    Ok(ExitCode::SUCCESS)
+}

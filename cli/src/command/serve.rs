@@ -1,0 +1,78 @@
+//! `cairn serve` (orchestrator only) and `cairn dev` (orchestrator + in-process worker, no auth).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::bail;
+use cairn_orchestrator::api::ApiConfig;
+use cairn_orchestrator::clock::SystemClock;
+use cairn_orchestrator::server::{Server, ServerConfig};
+
+use crate::embedded;
+use crate::settings::Settings;
+
+/// Listen flags shared by `serve` and `dev`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Database: `sqlite:PATH` or `postgres://…` (default `sqlite:cairn.db`; `CAIRN_DB`).
+    #[arg(long)]
+    db: Option<String>,
+    /// REST API address (default 127.0.0.1:7400; `CAIRN_HTTP`).
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Worker protocol address (default 127.0.0.1:7401; `CAIRN_GRPC`).
+    #[arg(long)]
+    grpc: Option<SocketAddr>,
+    /// `dev` only: serve the weather fixture on 127.0.0.1 and point the worker at it (offline demos).
+    #[arg(long)]
+    demo: bool,
+}
+
+impl Args {
+    fn apply(&self, settings: &mut Settings) {
+        if let Some(db) = &self.db {
+            settings.db.clone_from(db);
+        }
+        settings.http = self.http.unwrap_or(settings.http);
+        settings.grpc = self.grpc.unwrap_or(settings.grpc);
+    }
+}
+
+/// Server settings from the loaded settings.
+pub fn server_config(settings: &Settings, auth: bool) -> ServerConfig {
+    ServerConfig {
+        db_url: settings.db.clone(),
+        http_addr: settings.http,
+        grpc_addr: settings.grpc,
+        api: ApiConfig {
+            token: if auth { settings.api_token.clone() } else { None },
+            max_body_bytes: settings.max_body_bytes,
+        },
+        worker_token: if auth { settings.worker_token.clone() } else { None },
+        engine: settings.engine(),
+    }
+}
+
+/// `cairn serve`: refuses to start without tokens (auth is off only in `cairn dev`).
+pub async fn serve(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode> {
+    args.apply(&mut settings);
+    if settings.api_token.is_none() || settings.worker_token.is_none() {
+        bail!("`cairn serve` needs CAIRN_API_TOKEN and CAIRN_WORKER_TOKEN (auth is off only in `cairn dev`)");
+    }
+    let server = Server::start(server_config(&settings, true), Arc::new(SystemClock)).await?;
+    println!("Cairn orchestrator: API http://{}  worker gRPC http://{}", server.http_addr, server.grpc_addr);
+    tokio::signal::ctrl_c().await?;
+    server.shutdown();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn dev`: orchestrator on SQLite plus an in-process worker serving the built-in actions.
+pub async fn dev(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode> {
+    args.apply(&mut settings);
+    let app = embedded::start(&settings, args.demo).await?;
+    println!("Cairn dev: API {}  (database {}, worker in-process)", app.url(), settings.db);
+    tokio::signal::ctrl_c().await?;
+    app.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,94 @@
+//! An orchestrator with an in-process worker in this process: what `cairn dev` and `cairn run` (without
+//! `--server`) use. The worker talks to the orchestrator over the real worker protocol on 127.0.0.1, exactly
+//! as a separate worker process would.
+
+use std::sync::Arc;
+
+use cairn_orchestrator::clock::SystemClock;
+use cairn_orchestrator::server::Server;
+use cairn_workers::actions::{ActionsConfig, registry};
+use cairn_workers::runtime::{self, WorkerConfig};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::command::serve::server_config;
+use crate::settings::Settings;
+
+/// A running embedded orchestrator and worker.
+pub struct Embedded {
+    server: Server,
+    stop_worker: Option<oneshot::Sender<()>>,
+    worker: JoinHandle<()>,
+}
+
+impl Embedded {
+    /// The REST API base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.server.http_addr)
+    }
+
+    /// Stops the worker (draining briefly) and the orchestrator.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop_worker.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut self.worker).await;
+        self.server.shutdown();
+    }
+}
+
+/// Starts the orchestrator (no auth: local only) and a worker serving the built-in actions. With `demo`, the
+/// weather action is pointed at a local fixture so nothing leaves the machine.
+///
+/// # Errors
+/// Database or listener failures.
+pub async fn start(settings: &Settings, demo: bool) -> anyhow::Result<Embedded> {
+    let server = Server::start(server_config(settings, false), Arc::new(SystemClock)).await?;
+    let mut actions = actions_from_env();
+    if demo {
+        let base = crate::demo::start().await?;
+        actions.weather.geocoding_base_url.clone_from(&base);
+        actions.weather.forecast_base_url = base;
+    }
+    let mut config = WorkerConfig::new(format!("http://{}", server.grpc_addr), registry(&actions));
+    config.concurrency = 16;
+    config.drain_timeout = std::time::Duration::from_secs(2);
+    let (stop_worker, stopped) = oneshot::channel::<()>();
+    let worker = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        if let Err(e) = runtime::run(config, shutdown).await {
+            tracing::error!(error = %e, "in-process worker stopped");
+        }
+    });
+    Ok(Embedded { server, stop_worker: Some(stop_worker), worker })
+}
+
+/// Built-in action settings from the environment (see the README's configuration section).
+pub fn actions_from_env() -> ActionsConfig {
+    let mut config = ActionsConfig::default();
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if let Some(url) = var("CAIRN_WEATHER_GEOCODING_URL") {
+        config.weather.geocoding_base_url = url;
+    }
+    if let Some(url) = var("CAIRN_WEATHER_FORECAST_URL") {
+        config.weather.forecast_base_url = url;
+    }
+    if let Some(path) = var("CAIRN_NOTIFY_FILE") {
+        config.notify.file_path = path.into();
+    }
+    if let Some(url) = var("CAIRN_NOTIFY_WEBHOOK") {
+        config.notify.webhook_url = Some(url);
+    }
+    if let Some(url) = var("OPENAI_BASE_URL") {
+        config.llm.base_url = url;
+    }
+    if let Some(key) = var("OPENAI_API_KEY") {
+        config.llm.api_key = Some(key);
+    }
+    if let Some(model) = var("CAIRN_LLM_MODEL") {
+        config.llm.model = model;
+    }
+    config
+}

@@ -1,0 +1,113 @@
+//! Configuration, loaded once in `main`: defaults, then an optional TOML file (`--config FILE`, else
+//! `./cairn.toml` when present), then `CAIRN_*` environment variables (`__` nests), then command-line flags.
+//! Secrets (tokens) never appear in `Debug` output or logs.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::Context;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// Every setting, with its default.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// Database URL: `sqlite:PATH` (default `sqlite:cairn.db`) or `postgres://…`.
+    pub db: String,
+    /// REST API listen address (default 127.0.0.1:7400).
+    pub http: SocketAddr,
+    /// Worker protocol listen address (default 127.0.0.1:7401).
+    pub grpc: SocketAddr,
+    /// REST API URL client commands talk to (`--server`, `CAIRN_SERVER`).
+    pub server: Option<String>,
+    /// Bearer token of the REST API (`CAIRN_API_TOKEN`); required by `serve`.
+    pub api_token: Option<String>,
+    /// Token workers present (`CAIRN_WORKER_TOKEN`); required by `serve`.
+    pub worker_token: Option<String>,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Lease lifetime without a heartbeat (liveness timeout), in milliseconds.
+    pub lease_ttl_ms: u64,
+    /// Largest accepted step output, in bytes.
+    pub max_output_bytes: usize,
+    /// Most steps in one plan.
+    pub max_steps: usize,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("db", &cairn_orchestrator::server::redact(&self.db))
+            .field("http", &self.http)
+            .field("grpc", &self.grpc)
+            .field("server", &self.server)
+            .field("api_token", &self.api_token.as_ref().map(|_| "***"))
+            .field("worker_token", &self.worker_token.as_ref().map(|_| "***"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            db: "sqlite:cairn.db".into(),
+            http: SocketAddr::from(([127, 0, 0, 1], 7400)),
+            grpc: SocketAddr::from(([127, 0, 0, 1], 7401)),
+            server: None,
+            api_token: None,
+            worker_token: None,
+            max_body_bytes: 8 * 1024 * 1024,
+            lease_ttl_ms: 10_000,
+            max_output_bytes: 1024 * 1024,
+            max_steps: 1000,
+        }
+    }
+}
+
+/// The settings keys, as environment variables take them (`CAIRN_DB`, `CAIRN_API_TOKEN`, …).
+const KEYS: [&str; 10] = [
+    "db",
+    "http",
+    "grpc",
+    "server",
+    "api_token",
+    "worker_token",
+    "max_body_bytes",
+    "lease_ttl_ms",
+    "max_output_bytes",
+    "max_steps",
+];
+
+impl Settings {
+    /// Loads defaults, the TOML file and the environment.
+    ///
+    /// # Errors
+    /// An unreadable or invalid file, or an environment variable of the wrong type.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Settings> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        match file {
+            Some(path) => {
+                anyhow::ensure!(path.exists(), "config file {} does not exist", path.display());
+                figment = figment.merge(Toml::file(path));
+            }
+            None => figment = figment.merge(Toml::file("cairn.toml")),
+        }
+        // Only the keys above: other CAIRN_* variables configure workers and actions.
+        figment = figment.merge(Env::prefixed("CAIRN_").only(&KEYS));
+        figment.extract().context("reading configuration (defaults, cairn.toml, CAIRN_* environment)")
+    }
+
+    /// Engine settings derived from these.
+    pub fn engine(&self) -> cairn_orchestrator::EngineConfig {
+        let lease_ttl = std::time::Duration::from_millis(self.lease_ttl_ms);
+        cairn_orchestrator::EngineConfig {
+            lease_ttl,
+            startup_grace: lease_ttl,
+            max_output_bytes: self.max_output_bytes,
+            limits: cairn_core::validate::Limits { max_steps: self.max_steps, ..Default::default() },
+            ..Default::default()
+        }
+    }
+}

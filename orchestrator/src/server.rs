@@ -1,0 +1,107 @@
+//! Starting an orchestrator process: engine, reaper, REST API and worker gRPC service on their listeners.
+//!
+//! `Application`-style (zero2prod): [`Server::start`] binds the listeners (port 0 picks a free port, which the
+//! tests use) and spawns everything; [`Server::shutdown`] stops it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use cairn_core::catalog::StaticCatalog;
+use cairn_core::clock::Clock;
+use cairn_store::Store;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::api::{self, ApiConfig};
+use crate::config::EngineConfig;
+use crate::engine::Engine;
+use crate::grpc::WorkerGrpc;
+
+/// Everything an orchestrator process needs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// `sqlite:PATH` or `postgres://…`.
+    pub db_url: String,
+    /// REST API listen address.
+    pub http_addr: SocketAddr,
+    /// Worker protocol (gRPC) listen address.
+    pub grpc_addr: SocketAddr,
+    /// REST API settings (token, body limit).
+    pub api: ApiConfig,
+    /// Token workers must present; `None` only in `cairn dev`.
+    pub worker_token: Option<String>,
+    /// Engine settings.
+    pub engine: EngineConfig,
+}
+
+/// A running orchestrator.
+#[derive(Debug)]
+pub struct Server {
+    /// The engine.
+    pub engine: Engine,
+    /// Where the REST API listens.
+    pub http_addr: SocketAddr,
+    /// Where the worker protocol listens.
+    pub grpc_addr: SocketAddr,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Connects to the database (applying migrations), starts the engine and serves.
+    ///
+    /// # Errors
+    /// Database unreachable or migrations failing; a listen address in use.
+    pub async fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Server> {
+        let store =
+            Store::connect(&config.db_url).await.with_context(|| format!("opening {}", redact(&config.db_url)))?;
+        let engine = Engine::start(store, clock, Arc::new(StaticCatalog::builtin()), config.engine.clone())
+            .await
+            .context("starting the engine")?;
+        let http =
+            TcpListener::bind(config.http_addr).await.with_context(|| format!("binding {}", config.http_addr))?;
+        let grpc =
+            TcpListener::bind(config.grpc_addr).await.with_context(|| format!("binding {}", config.grpc_addr))?;
+        let (http_addr, grpc_addr) = (http.local_addr()?, grpc.local_addr()?);
+        let router = api::router(engine.clone(), config.api.clone());
+        let http_task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(http, router).await {
+                tracing::error!(error = %e, "HTTP server stopped");
+            }
+        });
+        let service = WorkerGrpc::service(engine.clone(), config.worker_token.clone());
+        let grpc_task = tokio::spawn(async move {
+            let served = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(TcpListenerStream::new(grpc));
+            if let Err(e) = served.await {
+                tracing::error!(error = %e, "gRPC server stopped");
+            }
+        });
+        let reaper = crate::reaper::spawn(engine.clone());
+        tracing::info!(%http_addr, %grpc_addr, backend = engine.store().backend(), "orchestrator started");
+        Ok(Server { engine, http_addr, grpc_addr, tasks: vec![http_task, grpc_task, reaper] })
+    }
+
+    /// Stops serving (in-flight requests are dropped; every acknowledged change is already committed).
+    pub fn shutdown(self) {
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// A database URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}://{user}:***@{}", &url[..scheme], &url[at + 1..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
