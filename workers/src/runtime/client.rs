@@ -1,0 +1,171 @@
+//! The orchestrator's worker protocol as seen from a worker: one cheap-to-clone client carrying the worker id
+//! and the bearer token, with a deadline on every call, and the one place that decides which gRPC errors are
+//! worth retrying.
+//!
+//! The tonic [`Channel`] is created lazily and reconnects by itself: when the orchestrator restarts, the next
+//! call dials again. Callers back off between failed calls (see [`transient`]), so a dead orchestrator is not
+//! hammered.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_core::catalog::{ActionSpec, Effect};
+use cairn_proto::v1::worker_service_client::WorkerServiceClient;
+use cairn_proto::v1::{
+    self as pb, CompleteRequest, FailRequest, HeartbeatRequest, PollRequest, RegisterRequest, RegisterResponse,
+    ReportOutcome,
+};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+
+use super::RuntimeError;
+
+/// How long a unary call (register, heartbeat, complete, fail) may take before it counts as failed.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Added to a poll's own wait for its deadline: the server answers at the end of the wait, plus latency.
+const POLL_SLACK: Duration = Duration::from_secs(10);
+/// How long dialing the orchestrator may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Adds `authorization: Bearer <token>` to every call. `Debug` never prints the token.
+#[derive(Clone)]
+pub(crate) struct BearerToken(Option<MetadataValue<Ascii>>);
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BearerToken").field(&self.0.as_ref().map(|_| "<redacted>")).finish()
+    }
+}
+
+impl Interceptor for BearerToken {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request.metadata_mut().insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A client of the orchestrator's `WorkerService` for one worker id. Cheap to clone; clones share the channel.
+#[derive(Debug, Clone)]
+pub(crate) struct OrchestratorClient {
+    inner: WorkerServiceClient<InterceptedService<Channel, BearerToken>>,
+    worker_id: Arc<str>,
+}
+
+impl OrchestratorClient {
+    /// A client of `server` (`http://HOST:PORT`). Does not dial: the first call does.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Config`] when the address or the token cannot be used.
+    pub(crate) fn new(server: &str, token: Option<&str>, worker_id: &str) -> Result<Self, RuntimeError> {
+        let endpoint = Endpoint::from_shared(server.to_owned())
+            .map_err(|e| RuntimeError::Config(format!("server address `{server}` is not a URI: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            // Detects a silently dead connection (a partition) while a long poll is open.
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .keep_alive_while_idle(true);
+        let token = token
+            .map(|t| {
+                let mut value = MetadataValue::try_from(format!("Bearer {t}"))
+                    .map_err(|_| RuntimeError::Config("the worker token is not printable ASCII".into()))?;
+                value.set_sensitive(true);
+                Ok::<_, RuntimeError>(value)
+            })
+            .transpose()?;
+        let inner = WorkerServiceClient::with_interceptor(endpoint.connect_lazy(), BearerToken(token));
+        Ok(Self { inner, worker_id: worker_id.into() })
+    }
+
+    /// The worker id every call carries.
+    pub(crate) fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
+    /// Registers (or refreshes) the worker and its actions.
+    pub(crate) async fn register(&self, actions: &[pb::ActionDescriptor]) -> Result<RegisterResponse, Status> {
+        let req = RegisterRequest { worker_id: self.worker_id.to_string(), actions: actions.to_vec() };
+        Ok(self.inner.clone().register(timed(req, CALL_TIMEOUT)).await?.into_inner())
+    }
+
+    /// Long-polls for up to `max_attempts` attempts of `actions`, waiting up to `wait` for the first.
+    pub(crate) async fn poll(
+        &self,
+        actions: &[String],
+        max_attempts: u32,
+        wait: Duration,
+    ) -> Result<Vec<pb::Attempt>, Status> {
+        let req = PollRequest {
+            worker_id: self.worker_id.to_string(),
+            actions: actions.to_vec(),
+            max_attempts,
+            wait_ms: millis(wait),
+        };
+        Ok(self.inner.clone().poll(timed(req, wait + POLL_SLACK)).await?.into_inner().attempts)
+    }
+
+    /// Extends `lease`, saving `checkpoint_json` when given. `Ok(false)`: the attempt no longer counts.
+    pub(crate) async fn heartbeat(&self, lease: &pb::Lease, checkpoint_json: Option<String>) -> Result<bool, Status> {
+        let req = HeartbeatRequest { worker_id: self.worker_id.to_string(), lease: Some(lease.clone()), checkpoint_json };
+        Ok(self.inner.clone().heartbeat(timed(req, CALL_TIMEOUT)).await?.into_inner().alive)
+    }
+
+    /// Reports a successful attempt.
+    pub(crate) async fn complete(&self, lease: &pb::Lease, output_json: String) -> Result<ReportOutcome, Status> {
+        let req = CompleteRequest { worker_id: self.worker_id.to_string(), lease: Some(lease.clone()), output_json };
+        let response = self.inner.clone().complete(timed(req, CALL_TIMEOUT)).await?.into_inner();
+        Ok(response.outcome())
+    }
+
+    /// Reports a failed attempt.
+    pub(crate) async fn fail(&self, lease: &pb::Lease, failure: pb::Failure) -> Result<ReportOutcome, Status> {
+        let req = FailRequest { worker_id: self.worker_id.to_string(), lease: Some(lease.clone()), failure: Some(failure) };
+        let response = self.inner.clone().fail(timed(req, CALL_TIMEOUT)).await?.into_inner();
+        Ok(response.outcome())
+    }
+}
+
+/// Whether a failed call may succeed if repeated: the orchestrator is unreachable or restarting
+/// (`UNAVAILABLE`, which is also what a refused connection becomes), the call timed out or was cut, or the
+/// orchestrator's store is briefly unavailable. `UNAUTHENTICATED`, `INVALID_ARGUMENT`, `INTERNAL` and the like
+/// are not: repeating the same call gets the same answer.
+pub(crate) fn transient(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted | Code::ResourceExhausted
+    )
+}
+
+/// The protocol form of an action's spec: schemas as JSON text, the effect as the protocol enum.
+pub(crate) fn descriptor(spec: ActionSpec) -> pb::ActionDescriptor {
+    let effect = match spec.effect {
+        Effect::Read => pb::Effect::Read,
+        Effect::IdempotentWrite => pb::Effect::IdempotentWrite,
+        Effect::NonIdempotent => pb::Effect::NonIdempotent,
+    };
+    pb::ActionDescriptor {
+        args_schema_json: spec.args_schema.to_string(),
+        output_schema_json: spec.output_schema.to_string(),
+        name: spec.name,
+        version: spec.version,
+        description: spec.description,
+        effect: effect.into(),
+        grounded_args: spec.grounded_args,
+    }
+}
+
+/// Milliseconds of `d`, saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn timed<T>(message: T, timeout: Duration) -> Request<T> {
+    let mut request = Request::new(message);
+    request.set_timeout(timeout);
+    request
+}

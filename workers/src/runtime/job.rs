@@ -1,0 +1,91 @@
+//! One leased attempt as an apalis task: what to run, until when, and where its progress goes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use apalis::prelude::{Task, TaskBuilder};
+use cairn_proto::v1 as pb;
+use serde_json::Value;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::client::OrchestratorClient;
+use super::progress::{LeaseProgress, heartbeat_every};
+use crate::context::ActionContext;
+
+/// An attempt handed to apalis. Built when the attempt arrives, so its deadline is measured on this worker's
+/// clock from the moment it was received (`remaining_ms`), whatever the skew with the orchestrator.
+#[derive(Debug)]
+pub(crate) struct AttemptJob {
+    /// The fencing token of every report and heartbeat.
+    pub(crate) lease: pb::Lease,
+    /// Action name.
+    pub(crate) action: String,
+    /// Resolved args as received (parsed by the handler, so a malformed payload becomes a failure record).
+    pub(crate) args_json: String,
+    /// W3C trace context of the attempt.
+    pub(crate) traceparent: String,
+    /// The step's start-to-close limit, for the failure message when it passes.
+    pub(crate) timeout_ms: u64,
+    /// The action's context: deadline, cancellation, last checkpoint, progress.
+    pub(crate) ctx: ActionContext,
+    /// The same progress sink as `ctx`'s, kept to learn when the lease is gone.
+    pub(crate) progress: Arc<LeaseProgress>,
+    /// How often the runtime heartbeats while the action runs.
+    pub(crate) heartbeat_every: Duration,
+    /// The worker slot this attempt occupies, released when the attempt (report included) is over.
+    pub(crate) slot: Option<OwnedSemaphorePermit>,
+}
+
+/// Task data the report layer reads: which lease to report under.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseInfo {
+    pub(crate) lease: pb::Lease,
+}
+
+impl AttemptJob {
+    /// The task for `attempt`, occupying `slot`. `None` when the attempt carries no lease (a protocol error,
+    /// logged): it cannot be reported, so it is not run.
+    pub(crate) fn task(
+        attempt: pb::Attempt,
+        slot: OwnedSemaphorePermit,
+        client: &OrchestratorClient,
+        registered_heartbeat: Duration,
+    ) -> Option<Task<AttemptJob>> {
+        let Some(lease) = attempt.lease else {
+            tracing::error!(action = %attempt.action, "received an attempt without a lease; ignoring it");
+            return None;
+        };
+        let checkpoint = attempt.checkpoint_json.as_deref().and_then(|text| match serde_json::from_str::<Value>(text) {
+            Ok(value) => Some(value),
+            Err(e) => {
+                tracing::warn!(error = %e, "the last checkpoint is not JSON; starting without it");
+                None
+            }
+        });
+        let progress = Arc::new(LeaseProgress::new(client.clone(), lease.clone()));
+        let mut ctx = ActionContext::new(
+            lease.run_id.clone(),
+            lease.step_id.clone(),
+            lease.attempt,
+            Duration::from_millis(attempt.remaining_ms),
+            checkpoint,
+            progress.clone(),
+        );
+        if !attempt.idempotency_key.is_empty() {
+            ctx.idempotency_key = attempt.idempotency_key;
+        }
+        let info = LeaseInfo { lease: lease.clone() };
+        let job = AttemptJob {
+            lease,
+            action: attempt.action,
+            args_json: attempt.args_json,
+            traceparent: attempt.traceparent,
+            timeout_ms: attempt.timeout_ms,
+            ctx,
+            progress,
+            heartbeat_every: heartbeat_every(registered_heartbeat, attempt.heartbeat_timeout_ms),
+            slot: Some(slot),
+        };
+        Some(TaskBuilder::new(job).data(info).build())
+    }
+}

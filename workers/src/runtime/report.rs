@@ -1,0 +1,124 @@
+//! Reporting an attempt's outcome (`Complete` or `Fail`) as apalis' acknowledgement step.
+//!
+//! A finished attempt's result is precious: the orchestrator may be restarting (case C14), so a report is
+//! retried with exponential backoff (`backon`) on transient errors for up to `give_up_after` in total, while the
+//! attempt keeps its worker slot. Resending is safe: every report is fenced by its lease, so a duplicate or late
+//! one is answered `STALE` and changes nothing. After giving up, the lease expires and the reaper decides.
+
+use std::time::Duration;
+
+use apalis::prelude::{Acknowledge, BoxDynError, ExecutionContext};
+use backon::{ExponentialBuilder, Retryable};
+use cairn_core::failure::codes;
+use cairn_proto::v1::{self as pb, ReportOutcome};
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use super::client::{OrchestratorClient, transient};
+use super::job::LeaseInfo;
+use super::outcome::{AttemptError, to_proto};
+use crate::action::ActionError;
+
+/// Why a report was not delivered. Not retryable by the caller: the reporter already retried.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReportError {
+    /// The orchestrator refused it, or stayed unreachable past the retry budget.
+    #[error("the report of {run_id}/{step_id} attempt {attempt} was not delivered: {status}")]
+    Undelivered {
+        run_id: String,
+        step_id: String,
+        attempt: u32,
+        #[source]
+        status: tonic::Status,
+    },
+    /// The task carried no lease (a runtime bug).
+    #[error("the task carries no lease to report under")]
+    MissingLease,
+}
+
+/// Reports attempt outcomes to the orchestrator.
+#[derive(Debug, Clone)]
+pub(crate) struct Reporter {
+    client: OrchestratorClient,
+    give_up_after: Duration,
+}
+
+enum Report {
+    Complete(String),
+    Fail(pb::Failure),
+}
+
+impl Reporter {
+    pub(crate) fn new(client: OrchestratorClient, give_up_after: Duration) -> Self {
+        Self { client, give_up_after }
+    }
+
+    async fn deliver(self, info: LeaseInfo, report: Report) -> Result<(), ReportError> {
+        if let Report::Fail(failure) = &report {
+            tracing::Span::current().record("cairn.failure_code", failure.code.as_str());
+        }
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(10))
+            .with_jitter()
+            .without_max_times()
+            .with_total_delay(Some(self.give_up_after));
+        let send = || async {
+            match &report {
+                Report::Complete(output) => self.client.complete(&info.lease, output.clone()).await,
+                Report::Fail(failure) => self.client.fail(&info.lease, failure.clone()).await,
+            }
+        };
+        let outcome = send
+            .retry(backoff)
+            .when(transient)
+            .notify(|status, wait| {
+                tracing::warn!(code = ?status.code(), message = status.message(), retry_in_ms = wait.as_millis(),
+                    "report not delivered; retrying");
+            })
+            .await;
+        match outcome {
+            Ok(ReportOutcome::Stale) => {
+                tracing::info!("report was stale: the lease had already ended; nothing changed");
+                Ok(())
+            }
+            Ok(outcome) => {
+                tracing::debug!(?outcome, "report delivered");
+                Ok(())
+            }
+            Err(status) => {
+                tracing::error!(code = ?status.code(), message = status.message(),
+                    "giving up on the report; the lease will expire and the orchestrator will decide");
+                Err(ReportError::Undelivered {
+                    run_id: info.lease.run_id,
+                    step_id: info.lease.step_id,
+                    attempt: info.lease.attempt,
+                    status,
+                })
+            }
+        }
+    }
+}
+
+impl Acknowledge<Value> for Reporter {
+    type Error = ReportError;
+    type Future = BoxFuture<'static, Result<(), ReportError>>;
+
+    fn ack(&mut self, result: &Result<Value, BoxDynError>, ctx: &ExecutionContext) -> Self::Future {
+        let Some(info) = ctx.data().get::<LeaseInfo>().cloned() else {
+            return Box::pin(async { Err(ReportError::MissingLease) });
+        };
+        let report = match result {
+            Ok(output) => Report::Complete(output.to_string()),
+            Err(error) => match error.downcast_ref::<AttemptError>() {
+                Some(attempt_error) => match attempt_error.failure() {
+                    Some(failure) => Report::Fail(failure),
+                    None => return Box::pin(async { Ok(()) }),
+                },
+                // A layer of ours failed in a way it did not type: report it as an action error that may pass.
+                None => Report::Fail(to_proto(ActionError::retryable(codes::ACTION_ERROR, error.to_string()))),
+            },
+        };
+        Box::pin(self.clone().deliver(info, report))
+    }
+}
