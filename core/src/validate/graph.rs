@@ -1,12 +1,12 @@
 //! Pass 3: the dependency graph — unknown, self and repeated dependencies, cycles, transitive ancestry.
 //!
 //! Cycle detection is Kahn's algorithm (O(n + e)): steps left over after repeatedly removing steps whose
-//! dependencies are all removed lie on a cycle or downstream of one. Each leftover step has a leftover
-//! dependency, so walking dependencies from one must revisit a step; the revisited stretch is a cycle. Cycles are
+//! dependencies are all removed lie on a cycle or downstream of one. When there are any, [`find_cycles`] reports
+//! one cycle per strongly connected component (Tarjan), so independent cycles are all reported. Cycles are
 //! reported in execution order (`b → c → d → b` means c depends on b, d on c, b on d), starting at the step that
 //! comes first in the plan. Ancestry is one bitset per step, filled in topological order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::diagnostic::{Code, Diagnostic, did_you_mean};
 use crate::pointer;
@@ -98,6 +98,8 @@ fn resolve_deps(
 ) -> Vec<usize> {
     let id = slot.id.as_deref().unwrap_or("");
     let mut deps = Vec::with_capacity(slot.depends_on.len());
+    // A set, not `deps.contains`: a join over k steps would otherwise cost O(k²) (case C24).
+    let mut seen = HashSet::with_capacity(slot.depends_on.len());
     for (k, dep) in slot.depends_on.iter().enumerate() {
         let at = pointer::join(
             &pointer::step_field(slot.index, "depends_on"),
@@ -121,7 +123,7 @@ fn resolve_deps(
                         .hint("remove it from depends_on"),
                 );
             }
-            Some(&i) if deps.contains(&i) => {
+            Some(&i) if seen.contains(&i) => {
                 let msg = format!(
                     "step `{id}` lists `{dep}` more than once in depends_on; it is counted once"
                 );
@@ -131,7 +133,10 @@ fn resolve_deps(
                         .hint("remove the repeat"),
                 );
             }
-            Some(&i) => deps.push(i),
+            Some(&i) => {
+                seen.insert(i);
+                deps.push(i);
+            }
         }
     }
     deps
@@ -163,41 +168,109 @@ fn topological_order(deps: &[Vec<usize>]) -> Vec<usize> {
     order
 }
 
-/// Every distinct cycle reachable by walking dependencies from steps left over by Kahn's algorithm.
+/// One cycle for every group of steps that depend on each other (every strongly connected component with more
+/// than one step, or one step listing itself), so a plan with several independent cycles reports them all at once.
 ///
 /// `deps[i]` lists the indices step `i` depends on (indices must be `< deps.len()`). Returns an empty vector for
-/// an acyclic graph. Each cycle is in execution order and starts at its lowest index.
+/// an acyclic graph. Each cycle is in execution order and starts at its lowest index; cycles are ordered by the
+/// lowest index of their component. O(n + e), no recursion.
 pub fn find_cycles(deps: &[Vec<usize>]) -> Vec<Cycle> {
     let n = deps.len();
-    let mut on_cycle_or_behind = vec![true; n];
-    for step in topological_order(deps) {
-        on_cycle_or_behind[step] = false;
+    let component = components(deps);
+    let mut size = vec![0usize; n];
+    for &c in &component {
+        size[c] += 1;
     }
-    // 0 = unvisited, walk id otherwise: a step met again in the same walk closes a new cycle.
-    let mut walk_of = vec![0usize; n];
+    // One walk per component, not per leftover step: a walk can pass through one cycle's steps on its way into
+    // another and close only the second, and the first would never be reported.
+    let mut walked = vec![false; n];
+    let mut position = vec![usize::MAX; n];
     let mut cycles = Vec::new();
     for start in 0..n {
-        if !on_cycle_or_behind[start] || walk_of[start] != 0 {
+        let c = component[start];
+        let cyclic = size[c] > 1 || deps[start].contains(&start);
+        if walked[c] || !cyclic {
             continue;
         }
-        let walk = start + 1;
+        walked[c] = true;
+        // Inside a cyclic component every step has a dependency in the same component, so the walk goes on
+        // until it meets a step again; the stretch from that step on is a cycle.
         let mut path = Vec::new();
         let mut at = start;
-        while walk_of[at] == 0 {
-            walk_of[at] = walk;
-            path.push(at);
-            // A leftover step always has a leftover dependency; `find` cannot fail.
-            match deps[at].iter().copied().find(|&d| on_cycle_or_behind[d]) {
-                Some(d) => at = d,
-                None => break,
+        let closed = loop {
+            if position[at] != usize::MAX {
+                break true;
             }
-        }
-        if walk_of[at] == walk && on_cycle_or_behind[at] {
-            let from = path.iter().position(|&s| s == at).unwrap_or(0);
-            cycles.push(execution_order(&path[from..]));
+            position[at] = path.len();
+            path.push(at);
+            match deps[at].iter().copied().find(|&d| component[d] == c) {
+                Some(d) => at = d,
+                None => break false,
+            }
+        };
+        if closed && let Some(from) = path.get(position[at]..) {
+            cycles.push(execution_order(from));
         }
     }
     cycles
+}
+
+/// Strongly connected components (Tarjan's algorithm, with an explicit stack so a long chain cannot overflow the
+/// call stack): `component[i]` is the component id of step `i`.
+fn components(deps: &[Vec<usize>]) -> Vec<usize> {
+    const UNSEEN: usize = usize::MAX;
+    let n = deps.len();
+    let mut index = vec![UNSEEN; n];
+    let mut low = vec![0usize; n];
+    let mut on_stack = vec![false; n];
+    let mut stack = Vec::new();
+    let mut component = vec![UNSEEN; n];
+    let (mut next_index, mut next_component) = (0, 0);
+    // (step, how many of its dependencies were already followed)
+    let mut frames: Vec<(usize, usize)> = Vec::new();
+    for root in 0..n {
+        if index[root] != UNSEEN {
+            continue;
+        }
+        index[root] = next_index;
+        low[root] = next_index;
+        next_index += 1;
+        stack.push(root);
+        on_stack[root] = true;
+        frames.push((root, 0));
+        while let Some(frame) = frames.last_mut() {
+            let v = frame.0;
+            if let Some(&w) = deps[v].get(frame.1) {
+                frame.1 += 1;
+                if index[w] == UNSEEN {
+                    index[w] = next_index;
+                    low[w] = next_index;
+                    next_index += 1;
+                    stack.push(w);
+                    on_stack[w] = true;
+                    frames.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(index[w]);
+                }
+                continue;
+            }
+            frames.pop();
+            if let Some(&(parent, _)) = frames.last() {
+                low[parent] = low[parent].min(low[v]);
+            }
+            if low[v] == index[v] {
+                while let Some(w) = stack.pop() {
+                    on_stack[w] = false;
+                    component[w] = next_component;
+                    if w == v {
+                        break;
+                    }
+                }
+                next_component += 1;
+            }
+        }
+    }
+    component
 }
 
 /// A dependency-direction walk `[x, dep of x, dep of that, …]` as an execution-order cycle from its lowest index.

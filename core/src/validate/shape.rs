@@ -46,7 +46,7 @@ impl Parsed {
     }
 }
 
-/// Reads the document; `None` when it is not a plan at all (no usable `steps` array or a broken header).
+/// Reads the document; `None` when it is not a plan at all (not an object, or no usable `steps` array).
 pub(crate) fn read(document: &Value, limits: &Limits, out: &mut Vec<Diagnostic>) -> Option<Parsed> {
     let Some(root) = document.as_object() else {
         out.push(Diagnostic::error(
@@ -77,7 +77,8 @@ pub(crate) fn read(document: &Value, limits: &Limits, out: &mut Vec<Diagnostic>)
             return None;
         }
     };
-    let header = header?;
+    // A broken header is already reported; keep checking the steps against what of it still reads.
+    let header = header.unwrap_or_else(|| lenient_header(root));
     check_version(&header, out);
     if steps_raw.is_empty() {
         out.push(Diagnostic::error(
@@ -101,6 +102,23 @@ pub(crate) fn read(document: &Value, limits: &Limits, out: &mut Vec<Diagnostic>)
         .map(|(index, raw)| slot(index, raw, out))
         .collect();
     Some(Parsed { header, slots })
+}
+
+/// The header's fields that deserialize on their own (the others left at their defaults), so that one typo in
+/// the header does not hide the steps' problems. Only used after the header's own diagnostic was reported.
+fn lenient_header(root: &serde_json::Map<String, Value>) -> Plan {
+    fn field<T: DeserializeOwned>(root: &serde_json::Map<String, Value>, name: &str) -> Option<T> {
+        root.get(name)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+    Plan {
+        version: field(root, "version"),
+        goal: field(root, "goal"),
+        context: field(root, "context").unwrap_or_default(),
+        input: root.get("input").cloned(),
+        defaults: field(root, "defaults"),
+        steps: Vec::new(),
+    }
 }
 
 fn check_version(header: &Plan, out: &mut Vec<Diagnostic>) {
@@ -159,7 +177,10 @@ fn typed<T: DeserializeOwned>(value: &Value, base: &str, out: &mut Vec<Diagnosti
             let mut tokens: Vec<String> = err.path().iter().filter_map(segment_token).collect();
             let message = err.inner().to_string();
             let unknown = unknown_field(&message);
-            if let Some((field, _)) = &unknown {
+            // serde_path_to_error already ends the path with the unknown key; add it only when it does not.
+            if let Some((field, _)) = &unknown
+                && tokens.last() != Some(field)
+            {
                 tokens.push(field.clone());
             }
             let at = pointer::join(base, &tokens);

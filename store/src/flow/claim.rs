@@ -113,23 +113,19 @@ async fn resolve<T: DialectTx>(
         steps: HashMap::new(),
     };
     let mut needs_input = false;
-    for f in &found {
-        match &f.result {
-            Ok(r) => match &r.root {
-                Root::Input => needs_input = true,
-                Root::Step(id) if !outputs.steps.contains_key(id) => {
-                    if let Some(state) = tx.step_state(&row.run_id, id).await? {
-                        let output = match state.output.as_deref() {
-                            Some(text) => serde_json::from_str(text)
-                                .map_err(|e| StoreError::corrupt("steps.output", e))?,
-                            None => Value::Null,
-                        };
-                        outputs.steps.insert(id.clone(), (state.status, output));
-                    }
+    for reference in found.iter().filter_map(|f| f.result.as_ref().ok()) {
+        match &reference.root {
+            Root::Input => needs_input = true,
+            Root::Step(id) if !outputs.steps.contains_key(id) => {
+                if let Some(state) = tx.step_state(&row.run_id, id).await? {
+                    let output = match state.output.as_deref() {
+                        Some(text) => serde_json::from_str(text).map_err(|e| StoreError::corrupt("steps.output", e))?,
+                        None => Value::Null,
+                    };
+                    outputs.steps.insert(id.clone(), (state.status, output));
                 }
-                Root::Step(_) => {}
-            },
-            Err(_) => {}
+            }
+            Root::Step(_) => {}
         }
     }
     if needs_input {
