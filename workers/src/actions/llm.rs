@@ -107,19 +107,27 @@ pub struct LlmChat {
 impl LlmChat {
     /// An `llm.chat` talking to `config.base_url`.
     pub fn new(config: LlmConfig) -> Self {
-        super::install_crypto_provider();
-        let client = reqwest::Client::builder().user_agent(USER_AGENT).build().map_err(|e| e.to_string());
-        let openai = OpenAIConfig::new()
-            .with_api_base(config.base_url.trim_end_matches('/'))
-            .with_api_key(config.api_key.unwrap_or_default())
-            .with_org_id("")
-            .with_project_id("");
-        let client = client.map(|http| {
-            // `build` installs a retrying executor; the plain service replaces it (see the module docs).
-            async_openai::Client::build(http.clone(), openai).with_http_service(ReqwestService::new(http))
-        });
+        let client = openai_client(&config).map_err(|e| e.to_string());
         Self { model: config.model, client }
     }
+}
+
+/// The async-openai client for `config`: `llm.chat` and the orchestrator's planner both build theirs here, so
+/// one configuration (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `CAIRN_LLM_MODEL`) means one behaviour. The client
+/// does not retry on its own (see the module docs); installs the crypto provider first.
+///
+/// # Errors
+/// The HTTP client cannot be built (no TLS backend); not retryable.
+pub fn openai_client(config: &LlmConfig) -> Result<async_openai::Client<OpenAIConfig>, reqwest::Error> {
+    super::install_crypto_provider();
+    let http = reqwest::Client::builder().user_agent(USER_AGENT).build()?;
+    let openai = OpenAIConfig::new()
+        .with_api_base(config.base_url.trim_end_matches('/'))
+        .with_api_key(config.api_key.clone().unwrap_or_default())
+        .with_org_id("")
+        .with_project_id("");
+    // `build` installs a retrying executor; the plain service replaces it (see the module docs).
+    Ok(async_openai::Client::build(http.clone(), openai).with_http_service(ReqwestService::new(http)))
 }
 
 fn invalid(message: String) -> ActionError {

@@ -111,7 +111,8 @@ impl OrchestratorClient {
 
     /// Extends `lease`, saving `checkpoint_json` when given. `Ok(false)`: the attempt no longer counts.
     pub(crate) async fn heartbeat(&self, lease: &pb::Lease, checkpoint_json: Option<String>) -> Result<bool, Status> {
-        let req = HeartbeatRequest { worker_id: self.worker_id.to_string(), lease: Some(lease.clone()), checkpoint_json };
+        let req =
+            HeartbeatRequest { worker_id: self.worker_id.to_string(), lease: Some(lease.clone()), checkpoint_json };
         Ok(self.inner.clone().heartbeat(timed(req, CALL_TIMEOUT)).await?.into_inner().alive)
     }
 
@@ -124,7 +125,8 @@ impl OrchestratorClient {
 
     /// Reports a failed attempt.
     pub(crate) async fn fail(&self, lease: &pb::Lease, failure: pb::Failure) -> Result<ReportOutcome, Status> {
-        let req = FailRequest { worker_id: self.worker_id.to_string(), lease: Some(lease.clone()), failure: Some(failure) };
+        let req =
+            FailRequest { worker_id: self.worker_id.to_string(), lease: Some(lease.clone()), failure: Some(failure) };
         let response = self.inner.clone().fail(timed(req, CALL_TIMEOUT)).await?.into_inner();
         Ok(response.outcome())
     }
@@ -137,7 +139,12 @@ impl OrchestratorClient {
 pub(crate) fn transient(status: &Status) -> bool {
     matches!(
         status.code(),
-        Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted | Code::ResourceExhausted
+        Code::Unavailable
+            | Code::Unknown
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Aborted
+            | Code::ResourceExhausted
     )
 }
 

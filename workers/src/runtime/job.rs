@@ -55,13 +55,14 @@ impl AttemptJob {
             tracing::error!(action = %attempt.action, "received an attempt without a lease; ignoring it");
             return None;
         };
-        let checkpoint = attempt.checkpoint_json.as_deref().and_then(|text| match serde_json::from_str::<Value>(text) {
-            Ok(value) => Some(value),
-            Err(e) => {
-                tracing::warn!(error = %e, "the last checkpoint is not JSON; starting without it");
-                None
-            }
-        });
+        let checkpoint =
+            attempt.checkpoint_json.as_deref().and_then(|text| match serde_json::from_str::<Value>(text) {
+                Ok(value) => Some(value),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the last checkpoint is not JSON; starting without it");
+                    None
+                }
+            });
         let progress = Arc::new(LeaseProgress::new(client.clone(), lease.clone()));
         let mut ctx = ActionContext::new(
             lease.run_id.clone(),

@@ -195,7 +195,10 @@ pub(crate) struct Session {
 /// # Errors
 /// [`RuntimeError::Config`] for an unusable configuration; [`RuntimeError::Rejected`] when the orchestrator
 /// refuses the token or the actions (at start or later); [`RuntimeError::Monitor`] if apalis fails.
-pub async fn run(config: WorkerConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RuntimeError> {
+pub async fn run(
+    config: WorkerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RuntimeError> {
     let actions = Arc::new(config.validate()?);
     let client = OrchestratorClient::new(&config.server, config.token.as_deref(), &config.worker_id)?;
     let descriptors: Vec<pb::ActionDescriptor> = config.actions.iter().map(|a| descriptor(a.spec())).collect();
@@ -254,8 +257,10 @@ pub async fn run(config: WorkerConfig, shutdown: impl Future<Output = ()> + Send
         // Polled only once shutdown has begun, so the drain timer starts then.
         .with_terminator(async move {
             tokio::time::sleep(drain_timeout).await;
-            tracing::warn!(drain_ms = drain_timeout.as_millis(),
-                "drain timeout passed: cancelling attempts still running; their leases will expire");
+            tracing::warn!(
+                drain_ms = drain_timeout.as_millis(),
+                "drain timeout passed: cancelling attempts still running; their leases will expire"
+            );
         });
 
     let stopping = session.stopping.clone();

@@ -3,9 +3,9 @@
 //!
 //! One file per idempotency key under the ledger directory (`<percent-encoded key>.jsonl`), one JSON line per
 //! delivered channel (`{"channel": "file", "at": "2027-03-15T08:00:00Z"}`), appended after the delivery
-//! succeeded. Appends are single `write` calls on an `O_APPEND` file, so concurrent writers do not interleave
-//! lines; unreadable lines are ignored. A crash between a delivery and its line means that channel is sent
-//! again by the next attempt (at least once, never silently lost); receivers can de-duplicate with the
+//! succeeded. Each line is one small append to an `O_APPEND` file, so concurrent writers do not interleave
+//! lines in practice; unreadable lines are ignored. A crash between a delivery and its line means that channel
+//! is sent again by the next attempt (at least once, never silently lost); receivers can de-duplicate with the
 //! `Idempotency-Key` they are given.
 
 use std::collections::BTreeSet;
