@@ -7,9 +7,15 @@
 //! - [`TestWorker`]: an in-process worker loop that claims steps and runs handlers, recording every call, so
 //!   tests can count side effects (`calls`) the way the cases' recording stub does. It stands in for real
 //!   worker processes until the worker protocol lands.
+//! - [`raw`]: raw SQL on the engine's pool, for fault injection and measuring persisted row sizes.
+//! - [`http`]: [`http::HttpApp`], the real orchestrator process ([`cairn_orchestrator::server::Server`]: REST
+//!   API, worker gRPC, reaper) on port 0 with a fresh database and a manual clock, a REST client, real `cairn`
+//!   worker processes ([`http::CairnProcess`]) and bounded condition waits ([`http::within`]).
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
+pub mod http;
+pub mod raw;
 mod worker;
 
 use std::path::PathBuf;
@@ -70,30 +76,15 @@ impl TestApp {
         };
         let clock = Arc::new(ManualClock::new(start.parse::<Timestamp>().unwrap()));
         let engine = start_engine(&url, clock.clone(), config.clone()).await;
-        TestApp {
-            engine,
-            clock,
-            url,
-            config,
-        }
+        TestApp { engine, clock, url, config }
     }
 
     /// Drops this engine and starts a new one over the same database and clock (an orchestrator restart).
     pub async fn restart(self) -> TestApp {
-        let TestApp {
-            engine,
-            clock,
-            url,
-            config,
-        } = self;
+        let TestApp { engine, clock, url, config } = self;
         drop(engine);
         let engine = start_engine(&url, clock.clone(), config.clone()).await;
-        TestApp {
-            engine,
-            clock,
-            url,
-            config,
-        }
+        TestApp { engine, clock, url, config }
     }
 
     /// The store.
@@ -104,6 +95,12 @@ impl TestApp {
     /// Sets the clock to an RFC 3339 instant.
     pub fn set_time(&self, at: &str) {
         self.clock.set(at.parse::<Timestamp>().unwrap());
+        self.engine.wake();
+    }
+
+    /// Sets the clock to an instant in epoch milliseconds.
+    pub fn set_time_ms(&self, ms: i64) {
+        self.clock.set(Timestamp::from_millisecond(ms).unwrap());
         self.engine.wake();
     }
 
@@ -120,11 +117,7 @@ impl TestApp {
 
     /// Submits a plan (JSON) and returns the run id; panics with the diagnostics when invalid.
     pub async fn submit(&self, plan: Value) -> String {
-        let req = SubmitRequest {
-            plan,
-            input: None,
-            idempotency_key: None,
-        };
+        let req = SubmitRequest { plan, input: None, idempotency_key: None };
         match self.engine.submit(&req).await {
             Ok(s) => s.run_id,
             Err(e) => panic!("submit failed: {e}: {e:?}"),
@@ -139,10 +132,7 @@ impl TestApp {
     /// One step of a run.
     pub async fn step(&self, run_id: &str, step_id: &str) -> StepSummary {
         let steps = self.store().steps(run_id).await.unwrap();
-        steps
-            .into_iter()
-            .find(|s| s.id == step_id)
-            .unwrap_or_else(|| panic!("step {step_id} exists"))
+        steps.into_iter().find(|s| s.id == step_id).unwrap_or_else(|| panic!("step {step_id} exists"))
     }
 
     /// The status of one step.
@@ -158,12 +148,11 @@ impl TestApp {
 
 async fn start_engine(url: &str, clock: Arc<ManualClock>, config: EngineConfig) -> Engine {
     let store = Store::connect(url).await.unwrap();
-    Engine::start(store, clock, Arc::new(StaticCatalog::builtin()), config)
-        .await
-        .unwrap()
+    Engine::start(store, clock, Arc::new(StaticCatalog::builtin()), config).await.unwrap()
 }
 
-fn sqlite_url() -> String {
+/// A fresh SQLite database URL (a new file under the system temp dir).
+pub fn sqlite_url() -> String {
     let dir: PathBuf = std::env::temp_dir().join("cairn-tests");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{}.db", uuid::Uuid::new_v4()));
@@ -173,34 +162,24 @@ fn sqlite_url() -> String {
 /// Creates a fresh database named `cairn_t_<pid>_<uuid>` on the `DATABASE_URL` server, dropping ones left by
 /// test processes that are gone.
 // Database names are generated here (pid + uuid), never taken from input, so formatting them into DDL is safe.
-async fn postgres_url() -> String {
+pub async fn postgres_url() -> String {
     use sqlx::Connection;
     let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
-    let stale: Vec<String> =
-        sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'cairn_t_%'")
-            .fetch_all(&mut admin)
-            .await
-            .unwrap();
+    let stale: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'cairn_t_%'")
+        .fetch_all(&mut admin)
+        .await
+        .unwrap();
     for name in stale {
         let pid = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
         if pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-            )))
-            .execute(&mut admin)
-            .await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
+                .execute(&mut admin)
+                .await;
         }
     }
-    let name = format!(
-        "cairn_t_{}_{}",
-        std::process::id(),
-        uuid::Uuid::new_v4().simple()
-    );
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    let name = format!("cairn_t_{}_{}", std::process::id(), uuid::Uuid::new_v4().simple());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut admin).await.unwrap();
     let (prefix, _) = base.rsplit_once('/').unwrap();
     format!("{prefix}/{name}")
 }
