@@ -22,6 +22,7 @@ mod read;
 mod rows;
 mod sql;
 mod sqlite;
+pub mod stats;
 mod tx;
 
 use sqlx::{PgPool, SqlitePool};
@@ -58,16 +59,41 @@ macro_rules! in_tx {
                 Ok(out)
             }
             Store::Postgres(pool) => {
-                let mut $tx = pool.begin().await?;
-                let mut $events = Vec::new();
-                let out = $body;
-                tx::StepTx::events_insert(&mut $tx, &$events).await?;
-                $tx.commit().await?;
-                Ok(out)
+                // Concurrent transactions may lock the same rows in different orders (a cancel locks the run
+                // first, a completion its steps first); PostgreSQL then aborts one with a deadlock. Nothing was
+                // committed, so the whole transaction is run again, a few times, after a short pause.
+                let mut tries = 0u32;
+                loop {
+                    tries += 1;
+                    let result: StoreResult<_> = async {
+                        let mut $tx = pool.begin().await?;
+                        let mut $events = Vec::new();
+                        let out = $body;
+                        tx::StepTx::events_insert(&mut $tx, &$events).await?;
+                        $tx.commit().await?;
+                        Ok(out)
+                    }
+                    .await;
+                    match result {
+                        Err(StoreError::Database(e)) if tries < 5 && is_transient_conflict(&e) => {
+                            tracing::debug!(error = %e, tries, "transaction conflict; retrying");
+                            tokio::time::sleep(std::time::Duration::from_millis(u64::from(tries) * 5)).await;
+                        }
+                        other => break other,
+                    }
+                }
             }
         }
     };
 }
+
+// Durable waiting (issue 9); declared after `in_tx!` so they can use it.
+mod wait_tx;
+mod waiting;
+pub use waiting::{
+    ApprovalOutcome, FireOutcome, NewEvent, NewSchedule, PendingApproval, ScheduleFire, ScheduleRecord, ScheduleTick,
+    TickRun, WAIT_OWNER,
+};
 
 impl Store {
     /// Connects to `url` (`sqlite:PATH`, `sqlite::memory:`, `postgres://…`) and applies pending migrations.
@@ -306,6 +332,12 @@ impl Store {
             }
         })
     }
+}
+
+/// PostgreSQL deadlock (`40P01`) or serialization failure (`40001`): the transaction was rolled back and may be
+/// run again as a whole.
+fn is_transient_conflict(e: &sqlx::Error) -> bool {
+    e.as_database_error().and_then(|d| d.code()).is_some_and(|code| code == "40P01" || code == "40001")
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {

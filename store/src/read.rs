@@ -180,15 +180,17 @@ impl Store {
     /// [`StoreError::Database`] (retryable).
     pub async fn integrity_check(&self, now_ms: i64) -> StoreResult<Vec<String>> {
         let mut broken = Vec::new();
-        let mut offset = 0;
+        // Keyset position (created_at, id) of the last run checked: failing a run removes it from the open set,
+        // so paging by OFFSET would skip runs.
+        let mut after: (i64, String) = (i64::MIN, String::new());
         loop {
-            let open: Vec<(String, i64)> = on_pool!(self, Db, pool => sqlx::query_as::<Db, (String, i64)>(sql::OPEN_RUNS)
-                .bind(500_i64).bind(offset).fetch_all(pool).await?);
-            if open.is_empty() {
+            let open: Vec<(String, i64, i64)> = on_pool!(self, Db, pool => sqlx::query_as::<Db, (String, i64, i64)>(sql::OPEN_RUNS)
+                .bind(after.0).bind(after.1.as_str()).bind(500_i64).fetch_all(pool).await?);
+            let Some((last_id, _, last_created)) = open.last() else {
                 break;
-            }
-            offset += 500;
-            for (run_id, step_count) in open {
+            };
+            after = (*last_created, last_id.clone());
+            for (run_id, step_count, _) in open {
                 let rows: i64 = on_pool!(self, Db, pool => sqlx::query_scalar::<Db, i64>(sql::STEP_ROWS).bind(&run_id).fetch_one(pool).await?);
                 if rows != step_count {
                     self.fail_run_integrity(&run_id, step_count, rows, now_ms)

@@ -89,8 +89,11 @@ pub(crate) const ATTEMPTS_CANCEL: &str = "UPDATE attempts SET status = 'failed',
      degraded = 0 WHERE run_id = $1 AND status = 'running'";
 
 /// Operator decision on a step parked as outcome_unknown (or waiting approval). Fenced on the expected status.
-pub(crate) const STEP_OPERATOR: &str = "UPDATE steps SET status = $4, available_at = $5, finished_at = $6, \
-     updated_at = $7 WHERE run_id = $1 AND step_id = $2 AND status = $3";
+/// A step made ready is due at `$5` or at its `not_before` timer, whichever is later: an approval given before
+/// the timer must not let the step run early. Locks the step row. Index: `steps` PK.
+pub(crate) const STEP_OPERATOR: &str = "UPDATE steps SET status = $4, \
+     available_at = CASE WHEN $5 IS NOT NULL AND not_before_at > $5 THEN not_before_at ELSE $5 END, \
+     finished_at = $6, updated_at = $7 WHERE run_id = $1 AND step_id = $2 AND status = $3";
 
 /// Status and output of the named steps. Index: `steps` PK.
 pub(crate) const STEP_STATE: &str =
@@ -119,8 +122,11 @@ pub(crate) const EVENTS_OF_RUN: &str = "SELECT id, step_id, kind, data, at FROM 
 /// Number of step rows of a run (integrity check). Index: `steps` PK prefix.
 pub(crate) const STEP_ROWS: &str = "SELECT COUNT(*) FROM steps WHERE run_id = $1";
 
-/// Open runs (for the integrity check at start-up). Index: `runs_status_created_idx`.
-pub(crate) const OPEN_RUNS: &str = "SELECT id, step_count FROM runs WHERE status IN ('pending', 'running') ORDER BY created_at LIMIT $1 OFFSET $2";
+/// Open runs after the key `($1 created_at, $2 id)`, in key order (for the integrity check at start-up). Keyset
+/// paging, not OFFSET: the check fails broken runs as it goes, which removes them from this set, so an offset
+/// would skip as many open runs as were failed on the previous page. Index: `runs_status_created_idx`.
+pub(crate) const OPEN_RUNS: &str = "SELECT id, step_count, created_at FROM runs WHERE status IN ('pending', 'running') \
+     AND (created_at > $1 OR (created_at = $1 AND id > $2)) ORDER BY created_at, id LIMIT $3";
 
 /// Register or refresh a worker. Index: `workers` PK.
 pub(crate) const WORKER_UPSERT: &str = "INSERT INTO workers (id, actions, registered_at, last_seen_at) \

@@ -70,6 +70,7 @@ pub(crate) async fn operate<T: StepTx>(
         OperatorAction::Reject => ("waiting_approval", "failed", "step_rejected"),
     };
     let is_final = matches!(to, "skipped" | "failed");
+    // Ready now, or at the step's `not_before` timer if that is later (applied in `STEP_OPERATOR`).
     let available_at = (to == "ready").then_some(now);
     if !tx
         .step_operator(
