@@ -12,6 +12,7 @@ mod settings;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use cairn_workers::telemetry;
 use clap::{Parser, Subcommand};
 use settings::Settings;
 
@@ -41,6 +42,8 @@ enum Command {
     Dev(command::serve::Args),
     /// Submit a plan and follow it until it finishes (embedded orchestrator unless --server is given).
     Run(command::run::Args),
+    /// Draft a plan from a request in natural language with an LLM (validated, repaired); optionally submit it.
+    Plan(command::plan::Args),
     /// Submit a plan and print the run id.
     Submit(command::runs::SubmitArgs),
     /// List runs.
@@ -59,11 +62,20 @@ enum Command {
     Retry(command::runs::StepArgs),
     /// Skip a step in `outcome_unknown`.
     Skip(command::runs::StepArgs),
+    /// Run a worker process serving the built-in actions to an orchestrator (until SIGTERM or ctrl-c).
+    Worker(command::worker::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_json);
+    // Held to the end of `main`: dropping it flushes the spans still buffered.
+    let _telemetry = match init_logging(cli.log_json, service_name(&cli.command)) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            return ExitCode::from(2);
+        }
+    };
     let outcome = match &cli.command {
         Command::Validate(args) => command::validate::run(args),
         Command::Schema(args) => command::schema::run(args),
@@ -86,6 +98,7 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Serve(args) => command::serve::serve(args, settings).await,
             Command::Dev(args) => command::serve::dev(args, settings).await,
             Command::Run(args) => command::run::run(args, settings).await,
+            Command::Plan(args) => command::plan::run(args, settings).await,
             Command::Submit(args) => command::runs::submit(args, &settings).await,
             Command::Runs(args) => command::runs::list(args, &settings).await,
             Command::Show(args) => command::runs::show(args, &settings).await,
@@ -95,19 +108,24 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Reject(args) => command::runs::decide("reject", args, &settings).await,
             Command::Retry(args) => command::runs::decide("retry", args, &settings).await,
             Command::Skip(args) => command::runs::decide("skip", args, &settings).await,
+            Command::Worker(args) => command::worker::run(args, &settings).await,
             Command::Validate(_) | Command::Schema(_) => unreachable!("handled synchronously"),
         }
     })
 }
 
-/// Human-readable logs by default (warnings and up unless RUST_LOG says otherwise), JSON lines with --log-json.
-fn init_logging(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
+/// Human-readable logs by default (warnings and up unless RUST_LOG says otherwise), JSON lines with --log-json;
+/// spans exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (see `cairn_workers::telemetry`).
+fn init_logging(json: bool, service_name: &str) -> anyhow::Result<telemetry::TelemetryGuard> {
+    let config = telemetry::TelemetryConfig::from_env(json, service_name)?;
+    Ok(telemetry::init(config)?)
+}
+
+/// `service.name` of the exported spans: which role this process plays.
+fn service_name(command: &Command) -> &'static str {
+    match command {
+        Command::Serve(_) | Command::Dev(_) => "cairn-orchestrator",
+        Command::Worker(_) => "cairn-worker",
+        _ => "cairn",
     }
 }

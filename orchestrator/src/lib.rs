@@ -11,8 +11,13 @@
 //! - [`catalog`]: built-in plus registered actions, validated against at submit.
 //! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, fail) and its auth.
 //! - [`server`]: one orchestrator process (engine + REST + gRPC + reaper) on its listeners.
+//! - [`scheduler`]: cron schedules (definitions, the tick pass) and the loop driving every durable wait.
+//! - [`waits`]: approval decisions and timeouts, external events and `event.wait` steps.
 //! - [`config`]: engine settings with units in their types.
 //! - [`clock`]: the system clock (tests inject `cairn_core::clock::ManualClock`).
+//! - [`metrics`]: the Prometheus metrics at `/metrics` (database figures read per scrape, in-process histograms).
+//! - `trace`: the run's root span and the attempt spans (claim to report) in the run's trace.
+//! - [`planner`]: natural language → a validated plan through an OpenAI-compatible model, with a repair loop.
 
 pub mod api;
 pub mod catalog;
@@ -20,10 +25,15 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod grpc;
+pub mod metrics;
+pub mod planner;
 pub mod reaper;
+pub mod scheduler;
 pub mod server;
 pub mod submit;
+mod trace;
 pub mod view;
+pub mod waits;
 
 pub use config::EngineConfig;
 pub use engine::Engine;

@@ -11,8 +11,11 @@
 //! - [`runtime`]: the worker process on apalis — registers actions, long-polls attempts for free slots, runs
 //!   them under tower layers (concurrency, tracing, panic capture, deadline), heartbeats, reports with retries,
 //!   drains on shutdown ([`runtime::run`], [`runtime::WorkerConfig`]).
+//! - [`telemetry`]: logs, spans and OTLP export for every Cairn process, and the run-derived trace ids that make
+//!   one run one trace across the orchestrator, the workers and the services actions call.
 
 pub mod action;
 pub mod actions;
 pub mod context;
 pub mod runtime;
+pub mod telemetry;

@@ -1,7 +1,9 @@
 //! One module per subcommand (client commands over the REST API share `runs`).
 
+pub mod plan;
 pub mod run;
 pub mod runs;
 pub mod schema;
 pub mod serve;
 pub mod validate;
+pub mod worker;

@@ -79,15 +79,21 @@ async fn follow(client: &Client, args: &Args, plan: Value) -> anyhow::Result<Exi
     if !args.json {
         println!("run {id} submitted ({} steps)", run["steps"].as_array().map_or(0, Vec::len));
     }
+    watch(client, &id, args.json).await
+}
+
+/// Follows run `id` until it finishes: a line per step status change, then the summary (or the run as JSON
+/// with `json`). The exit code is the run's ([`exit_code`]).
+pub async fn watch(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut seen: HashMap<String, String> = HashMap::new();
     loop {
         let run = client.get(&format!("/v1/runs/{id}")).await?;
-        if !args.json {
+        if !json {
             progress(&run, &mut seen);
         }
         let status = run["status"].as_str().unwrap_or("");
         if matches!(status, "succeeded" | "failed" | "cancelled") {
-            if args.json {
+            if json {
                 println!("{}", serde_json::to_string_pretty(&run)?);
             } else {
                 print_summary(&run);

@@ -48,6 +48,7 @@ pub fn server_config(settings: &Settings, auth: bool) -> ServerConfig {
         api: ApiConfig {
             token: if auth { settings.api_token.clone() } else { None },
             max_body_bytes: settings.max_body_bytes,
+            planner: super::plan::server_planner(settings),
         },
         worker_token: if auth { settings.worker_token.clone() } else { None },
         engine: settings.engine(),

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use cairn_store::StoreError;
 use serde_json::{Value, json};
 
+use crate::planner::PlannerError;
 use crate::submit::SubmitError;
 
 /// An API error.
@@ -76,6 +77,30 @@ impl From<SubmitError> for ApiError {
                 err
             }
             SubmitError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<PlannerError> for ApiError {
+    fn from(e: PlannerError) -> Self {
+        match e {
+            PlannerError::InvalidRequest(message) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+            }
+            PlannerError::Provider { message, retryable } => {
+                tracing::warn!(error = %message, retryable, "planner model call failed");
+                let mut err = ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "planner_failed",
+                    format!("the model endpoint failed: {message}"),
+                );
+                err.details = json!({"retryable": retryable});
+                err
+            }
+            PlannerError::Client(cause) => {
+                tracing::error!(error = %cause, "planner client unavailable");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The REST API (axum, JSON, versioned under `/v1`; OpenAPI at `/openapi.json`).
 //!
-//! Routes: `GET /healthz`, `GET /readyz`, `POST /v1/plans:validate`, `POST /v1/runs`, `GET /v1/runs`,
-//! `GET /v1/runs/{id}`, `GET /v1/runs/{id}/events` (JSON, or `text/event-stream` for live updates),
+//! Routes: `GET /healthz`, `GET /readyz`, `GET /metrics` (Prometheus), `POST /v1/plans:validate`, `POST /v1/plans:draft`, `POST /v1/runs`,
+//! `GET /v1/runs`, `GET /v1/runs/{id}`, `GET /v1/runs/{id}/events` (JSON, or `text/event-stream` for live updates),
 //! `POST /v1/runs/{id}:cancel`, `POST /v1/runs/{id}/steps/{step}:approve|:reject|:retry|:skip|:fail`,
 //! `GET /v1/actions`. The `:verb` suffixes are parsed in the handlers because the router does not match
 //! suffixes after a path parameter.
@@ -12,8 +12,13 @@
 mod body;
 pub mod error;
 mod events;
+mod metrics;
 mod openapi;
+mod plans;
 mod runs;
+mod trace;
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -23,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::engine::Engine;
+use crate::planner::Planner;
 use error::ApiError;
 
 /// API settings.
@@ -32,11 +38,13 @@ pub struct ApiConfig {
     pub token: Option<String>,
     /// Largest accepted request body, in bytes (default 8 MiB).
     pub max_body_bytes: usize,
+    /// The planner behind `POST /v1/plans:draft`; `None` answers 503 `planner_unconfigured`.
+    pub planner: Option<Arc<Planner>>,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        Self { token: None, max_body_bytes: 8 * 1024 * 1024 }
+        Self { token: None, max_body_bytes: 8 * 1024 * 1024, planner: None }
     }
 }
 
@@ -46,13 +54,15 @@ pub struct AppState {
     /// The engine.
     pub engine: Engine,
     token: Option<String>,
+    planner: Option<Arc<Planner>>,
 }
 
 /// The router with every route, auth and the body limit.
 pub fn router(engine: Engine, config: ApiConfig) -> Router {
-    let state = AppState { engine, token: config.token };
+    let state = AppState { engine, token: config.token, planner: config.planner };
     let v1 = Router::new()
         .route("/v1/plans:validate", post(runs::validate))
+        .route("/v1/plans:draft", post(plans::draft))
         .route("/v1/runs", post(runs::submit).get(runs::list))
         .route("/v1/runs/{id}", get(runs::show).post(runs::run_action))
         .route("/v1/runs/{id}/events", get(events::events))
@@ -62,10 +72,12 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics::scrape))
         .route("/openapi.json", get(openapi::document))
         .merge(v1)
         .fallback(|| async { ApiError::not_found("route") })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(middleware::from_fn(trace::request_span))
         .with_state(state)
 }
 

@@ -38,6 +38,10 @@ pub(super) async fn document() -> Response {
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Plan"}}}},
                 "responses": {"200": {"description": "{valid, diagnostics}"}, "400": error_response("malformed JSON"),
                     "413": error_response("body too large"), "415": error_response("not JSON")}}},
+            "/v1/plans:draft": {"post": {"summary": "draft a plan from natural language: {text, timezone?, max_rounds?}",
+                "responses": {"200": {"description": "{valid, plan, rounds: [{draft, diagnostics}]}"},
+                    "422": error_response("no valid plan; details.rounds"), "502": error_response("model endpoint failed"),
+                    "503": error_response("planner_unconfigured")}}},
             "/v1/runs": {
                 "post": {"summary": "submit a run: {plan, input?, idempotency_key?}",
                     "responses": {"201": ok_run, "200": {"description": "existing run for the idempotency key"},

@@ -5,10 +5,10 @@
 //! received carries its slot until its report is done ([`SlotReleaseLayer`]), unused slots are given back at
 //! once. So every attempt fetched can start immediately: none waits in a local queue while its lease runs.
 //!
-//! Errors never reach apalis (a backend error would stop the worker): a transient one is logged and the next
-//! poll waits with exponential backoff (so a dead orchestrator is not hammered) and registers again first (a
-//! restarted orchestrator has forgotten the registered actions); a fatal one (`UNAUTHENTICATED`, …) is recorded
-//! and stops the worker, and [`super::run`] returns it.
+//! Errors never reach apalis (a backend error would stop the worker): most are logged and the next poll waits
+//! with exponential backoff (so a dead orchestrator is not hammered) and registers again first (a restarted
+//! orchestrator has forgotten the registered actions); a refusal (`UNAUTHENTICATED`, `PERMISSION_DENIED`,
+//! `UNIMPLEMENTED`) is recorded and stops the worker, and [`super::run`] returns it.
 //!
 //! On shutdown the in-flight poll is abandoned at once (the orchestrator then claims nothing for it: the
 //! request is reset). Attempts that still arrived and cannot start — a poll answered in the same instant, or
@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::{Layer, Service};
 
-use super::client::{OrchestratorClient, transient};
+use super::client::OrchestratorClient;
 use super::job::AttemptJob;
 use super::{RuntimeError, Session};
 
@@ -96,7 +96,7 @@ impl Fetcher {
             }
             match self.fetch().await {
                 Ok(()) => self.backoff = poll_backoff(),
-                Err(status) if transient(&status) => {
+                Err(status) if !refused(&status) => {
                     let wait = self.backoff.next().unwrap_or(std::time::Duration::from_secs(5));
                     tracing::warn!(code = ?status.code(), message = status.message(), retry_in_ms = wait.as_millis(),
                         "polling the orchestrator failed; retrying");
@@ -132,7 +132,22 @@ impl Fetcher {
         let Some(InFlightPoll { slots, .. }) = self.in_flight.take() else { return Ok(()) };
         match outcome {
             Ok(Some(Ok(attempts))) => {
-                self.buffer.extend(attempts.into_iter().zip(slots));
+                let mut attempts = attempts.into_iter();
+                // Slots first: a slot left without an attempt is released; an attempt is never left without one.
+                self.buffer.extend(slots.into_iter().zip(attempts.by_ref()).map(|(slot, attempt)| (attempt, slot)));
+                let surplus: Vec<pb::Attempt> = attempts.collect();
+                if !surplus.is_empty() {
+                    tracing::warn!(
+                        count = surplus.len(),
+                        "the orchestrator sent more attempts than asked; returning them"
+                    );
+                    let client = self.session.client.clone();
+                    spawn_tracked(&self.session.returns, async move {
+                        for attempt in surplus {
+                            return_unstarted(&client, attempt).await;
+                        }
+                    });
+                }
                 Ok(())
             }
             Ok(Some(Err(status))) => Err(status),
@@ -217,6 +232,13 @@ async fn return_unstarted(client: &OrchestratorClient, attempt: pb::Attempt) {
         Err(status) => tracing::warn!(run_id = %lease.run_id, step_id = %lease.step_id, code = ?status.code(),
             "could not return an unstarted attempt; its lease will expire"),
     }
+}
+
+/// Whether a failed poll means this worker is not welcome (wrong token, not a Cairn orchestrator): stop. Any
+/// other error — transient, or a server-side fault such as `INTERNAL` — is waited out with backoff, since the
+/// worker can do nothing about it and the orchestrator may recover.
+fn refused(status: &tonic::Status) -> bool {
+    matches!(status.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied | tonic::Code::Unimplemented)
 }
 
 fn poll_backoff() -> ExponentialBackoff {

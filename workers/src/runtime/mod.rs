@@ -2,31 +2,31 @@
 //!
 //! [`run`] registers the actions (`Register`), then runs one apalis `Worker` under an apalis `Monitor` until the
 //! shutdown future resolves. The worker's backend is an apalis custom backend (`BackendBuilder`) whose fetcher
-//! long-polls `Poll` for as many attempts as there are free slots ([`fetch`]). Each attempt then goes through
+//! long-polls `Poll` for as many attempts as there are free slots (`fetch`). Each attempt then goes through
 //! these tower layers, outermost first:
 //!
 //! | layer | from | does |
 //! |---|---|---|
 //! | concurrency limit | apalis (`concurrency`) | at most `concurrency` attempts at once; no fetching while full |
-//! | slot release | ours ([`fetch`]) | gives the attempt's slot back to the fetcher once the attempt is over |
+//! | slot release | ours (`fetch`) | gives the attempt's slot back to the fetcher once the attempt is over |
 //! | tracing | apalis `TraceLayer` | a span per attempt: `cairn.run_id`, `cairn.step_id`, `cairn.attempt`, `cairn.action`, `cairn.failure_code` |
-//! | report | apalis acknowledgement ([`report`]) | `Complete` / `Fail`, retried with backoff while the orchestrator is away |
+//! | report | apalis acknowledgement (`report`) | `Complete` / `Fail`, retried with backoff while the orchestrator is away |
 //! | panic capture | apalis `CatchPanicLayer` | a panic becomes an `action_error` failure record |
-//! | deadline | ours ([`deadline`]) | past `remaining_ms`: cancels the action's context, drops its future, fails with `timeout` |
-//! | handler | ours ([`handler`]) | runs the action next to its heartbeat loop; stops it when the lease is gone |
+//! | deadline | ours (`deadline`) | past `remaining_ms`: cancels the action's context, drops its future, fails with `timeout` |
+//! | handler | ours (`handler`) | runs the action next to its heartbeat loop; stops it when the lease is gone |
 //!
 //! Shutdown (the future given to [`run`], e.g. SIGTERM or ctrl-c): polling stops at once (the in-flight long
 //! poll is abandoned); attempts in flight may finish and report for up to `drain_timeout`; any still running
 //! then are dropped (their contexts cancelled) and left to lease expiry. Since the fetcher only asks for free
 //! slots, no attempt waits unstarted in the worker; the rare one that arrives as shutdown begins is returned to
-//! the orchestrator with `did_not_take_effect` ([`fetch`]).
+//! the orchestrator with `did_not_take_effect` (`fetch`).
 //!
 //! Module map:
-//! - [`client`]: the protocol client (token, worker id, call deadlines) and which errors are transient.
-//! - [`fetch`]: the backend's fetcher (slots, long poll, backoff, re-registration, returning unstarted attempts).
-//! - [`job`]: an attempt as an apalis task, with its [`crate::context::ActionContext`].
-//! - [`progress`]: heartbeats and checkpoints over the protocol.
-//! - [`handler`], [`deadline`], [`report`], [`outcome`]: running, bounding, and reporting an attempt.
+//! - `client`: the protocol client (token, worker id, call deadlines) and which errors are transient.
+//! - `fetch`: the backend's fetcher (slots, long poll, backoff, re-registration, returning unstarted attempts).
+//! - `job`: an attempt as an apalis task, with its [`crate::context::ActionContext`].
+//! - `progress`: heartbeats and checkpoints over the protocol.
+//! - `handler`, `deadline`, `report`, `outcome`: running, bounding, and reporting an attempt.
 
 mod client;
 mod deadline;
@@ -312,7 +312,7 @@ async fn register(
 
 fn attempt_span(task: &Task<AttemptJob>) -> Span {
     let job = &task.args;
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "attempt",
         cairn.run_id = %job.lease.run_id,
         cairn.step_id = %job.lease.step_id,
@@ -320,7 +320,10 @@ fn attempt_span(task: &Task<AttemptJob>) -> Span {
         cairn.action = %job.action,
         cairn.failure_code = tracing::field::Empty,
         traceparent = %job.traceparent,
-    )
+    );
+    // A child of the orchestrator's attempt span, so the attempt joins its run's trace.
+    crate::telemetry::set_remote_parent(&span, &job.traceparent);
+    span
 }
 
 fn attempt_started(_task: &Task<AttemptJob>, span: &Span) {

@@ -1,0 +1,101 @@
+//! `cairn worker`: a worker process serving Cairn's built-in actions to an orchestrator over the worker protocol.
+//!
+//! The token comes from `--token`, else `CAIRN_WORKER_TOKEN` (or `worker_token` in `cairn.toml`); prefer the
+//! environment, since command-line arguments are visible to other users of the host. The built-in actions read
+//! their settings from the environment:
+//!
+//! | variable | action | meaning |
+//! |---|---|---|
+//! | `CAIRN_WEATHER_GEOCODING_URL` | `weather.forecast` | geocoding API base (default Open-Meteo's) |
+//! | `CAIRN_WEATHER_FORECAST_URL` | `weather.forecast` | forecast API base (default Open-Meteo's) |
+//! | `CAIRN_NOTIFY_FILE` | `notify.send` | file the `file` channel appends to |
+//! | `CAIRN_NOTIFY_WEBHOOK` | `notify.send` | URL the `webhook` channel posts to |
+//! | `OPENAI_BASE_URL` | `llm.chat` | OpenAI-compatible API base, e.g. `http://127.0.0.1:8080/v1` |
+//! | `OPENAI_API_KEY` | `llm.chat` | bearer token of that API |
+//! | `CAIRN_LLM_MODEL` | `llm.chat` | model used when a step names none |
+//!
+//! SIGTERM or ctrl-c stops polling, lets attempts in flight finish for up to `--drain-timeout-secs`, then exits.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use cairn_workers::actions::registry;
+use cairn_workers::runtime::{self, WorkerConfig};
+
+use crate::embedded::actions_from_env;
+use crate::settings::Settings;
+
+/// Flags of `cairn worker`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The orchestrator's worker protocol address, e.g. `http://127.0.0.1:7401`.
+    #[arg(long)]
+    server: String,
+    /// Worker token (default: `CAIRN_WORKER_TOKEN`).
+    #[arg(long)]
+    token: Option<String>,
+    /// Most attempts run at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Serve only these built-in actions (comma-separated; default all).
+    #[arg(long, value_delimiter = ',')]
+    actions: Vec<String>,
+    /// Worker id recorded on every attempt (default `<hostname>-<pid>`).
+    #[arg(long)]
+    id: Option<String>,
+    /// On shutdown, how long attempts in flight may still run, in seconds.
+    #[arg(long, default_value_t = 30)]
+    drain_timeout_secs: u64,
+}
+
+/// Runs the worker until SIGTERM or ctrl-c.
+///
+/// # Errors
+/// An unknown action name, an unusable address or token, or the orchestrator refusing the worker.
+pub async fn run(args: &Args, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let mut actions = registry(&actions_from_env());
+    if !args.actions.is_empty() {
+        let known: Vec<String> = actions.iter().map(|a| a.spec().name).collect();
+        if let Some(unknown) = args.actions.iter().find(|name| !known.contains(name)) {
+            bail!("no built-in action `{unknown}`; available: {}", known.join(", "));
+        }
+        actions.retain(|a| args.actions.contains(&a.spec().name));
+    }
+    let mut config = WorkerConfig::new(&args.server, actions);
+    config.token = args.token.clone().or_else(|| settings.worker_token.clone());
+    config.concurrency = args.concurrency;
+    config.drain_timeout = Duration::from_secs(args.drain_timeout_secs);
+    if let Some(id) = &args.id {
+        config.worker_id.clone_from(id);
+    }
+    let names: Vec<String> = config.actions.iter().map(|a| a.spec().name).collect();
+    println!(
+        "Cairn worker {}: serving {} to {} (concurrency {})",
+        config.worker_id,
+        names.join(", "),
+        config.server,
+        config.concurrency
+    );
+    runtime::run(config, terminated()).await.context("worker")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on ctrl-c or, on Unix, SIGTERM.
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGTERM; stop with ctrl-c"),
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
