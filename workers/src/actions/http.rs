@@ -16,6 +16,7 @@ use super::address::{GuardedResolver, check_url, find_refused};
 use super::transport::{self, Client, USER_AGENT};
 use crate::action::{Action, ActionError};
 use crate::context::ActionContext;
+use crate::telemetry;
 
 /// Largest response body kept, in bytes (10 MiB); past it the attempt fails with `output_too_large`.
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
@@ -147,6 +148,12 @@ impl HttpRequest {
         let mut request = self.client.get()?.request(args.method.into(), url);
         if !has("idempotency-key") {
             request = request.header("Idempotency-Key", &ctx.idempotency_key);
+        }
+        // The called service joins the run's trace (W3C trace context), unless the plan set its own header.
+        if !has(telemetry::TRACEPARENT)
+            && let Some(traceparent) = telemetry::current_traceparent()
+        {
+            request = request.header(telemetry::TRACEPARENT, traceparent);
         }
         let text_body = matches!(args.body, Some(Value::String(_)));
         if text_body && !has("content-type") {
