@@ -62,6 +62,10 @@ enum Command {
     Retry(command::runs::StepArgs),
     /// Skip a step in `outcome_unknown`.
     Skip(command::runs::StepArgs),
+    /// Cron schedules: create, list, show, pause, resume, delete, and preview fire times (`next`).
+    Schedule(command::schedule::Args),
+    /// List steps waiting for approval across runs.
+    Approvals(command::schedule::ApprovalsArgs),
     /// Run a worker process serving the built-in actions to an orchestrator (until SIGTERM or ctrl-c).
     Worker(command::worker::Args),
 }
@@ -109,6 +113,8 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Retry(args) => command::runs::decide("retry", args, &settings).await,
             Command::Skip(args) => command::runs::decide("skip", args, &settings).await,
             Command::Worker(args) => command::worker::run(args, &settings).await,
+            Command::Schedule(args) => command::schedule::run(args, &settings).await,
+            Command::Approvals(args) => command::schedule::approvals(args, &settings).await,
             Command::Validate(_) | Command::Schema(_) => unreachable!("handled synchronously"),
         }
     })

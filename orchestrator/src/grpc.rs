@@ -114,16 +114,11 @@ fn attempt(c: Claimed, now_ms: i64) -> Attempt {
     }
 }
 
-/// W3C `traceparent` for an attempt: the trace id is derived from the run id so a run keeps one trace across
-/// restarts; the span id from the step and attempt.
+/// W3C `traceparent` for an attempt: the run's trace (its id derived from the run id, so a run keeps one trace
+/// across restarts) and the orchestrator's attempt span (its id derived from the attempt), so the worker's span
+/// is a child of the orchestrator's.
 pub fn traceparent(lease: &Lease) -> String {
-    let trace: String = lease.run_id.chars().filter(char::is_ascii_hexdigit).take(32).collect();
-    let trace = format!("{trace:0>32}");
-    let mut span: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in lease.step_id.bytes().chain(lease.attempt.to_le_bytes()) {
-        span = (span ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("00-{trace}-{span:016x}-01")
+    cairn_workers::telemetry::attempt_traceparent(&lease.run_id, &lease.step_id, lease.attempt)
 }
 
 fn outcome(report: Report) -> ReportResponse {
@@ -156,7 +151,10 @@ impl WorkerService for WorkerGrpc {
 
     async fn poll(&self, request: Request<PollRequest>) -> Result<Response<PollResponse>, Status> {
         let req = request.into_inner();
-        let wait = Duration::from_millis(req.wait_ms).min(MAX_POLL_WAIT);
+        // At most half a lease TTL: a worker frozen or cut off while its poll is pending has its leases reaped
+        // no sooner than 3/4 TTL after that (it heartbeats every TTL/4), so by then the poll has ended and cannot
+        // hand the reclaimed step straight back to the lost worker (case C12 b).
+        let wait = Duration::from_millis(req.wait_ms).min(MAX_POLL_WAIT).min(self.engine.config().lease_ttl / 2);
         let limit = req.max_attempts.clamp(1, 256);
         let claimed =
             self.engine.claim_wait(&req.worker_id, &req.actions, limit, wait).await.map_err(|e| unavailable(&e))?;

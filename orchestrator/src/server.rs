@@ -73,6 +73,7 @@ impl Server {
         let service = WorkerGrpc::service(engine.clone(), config.worker_token.clone());
         let grpc_task = tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
+                .trace_fn(grpc_span)
                 .add_service(service)
                 .serve_with_incoming(TcpListenerStream::new(grpc));
             if let Err(e) = served.await {
@@ -80,8 +81,9 @@ impl Server {
             }
         });
         let reaper = crate::reaper::spawn(engine.clone());
+        let waiting = crate::scheduler::spawn(engine.clone());
         tracing::info!(%http_addr, %grpc_addr, backend = engine.store().backend(), "orchestrator started");
-        Ok(Server { engine, http_addr, grpc_addr, tasks: vec![http_task, grpc_task, reaper] })
+        Ok(Server { engine, http_addr, grpc_addr, tasks: vec![http_task, grpc_task, reaper, waiting] })
     }
 
     /// Stops serving (in-flight requests are dropped; every acknowledged change is already committed).
@@ -89,6 +91,18 @@ impl Server {
         for task in self.tasks {
             task.abort();
         }
+    }
+}
+
+/// A span per worker protocol call, named by its method. Polls are `debug`: every idle worker makes one each
+/// long-poll period, which would bury the calls that matter (reports, heartbeats) in exported traces.
+fn grpc_span(request: &axum::http::Request<()>) -> tracing::Span {
+    let method = request.uri().path().rsplit('/').next().unwrap_or_default().to_owned();
+    if method == "Poll" {
+        tracing::debug_span!("grpc.request", otel.kind = "server", rpc.system = "grpc", rpc.method = %method)
+    } else {
+        tracing::info_span!("grpc.request", otel.name = %format!("cairn.v1.WorkerService/{method}"),
+            otel.kind = "server", rpc.system = "grpc", rpc.method = %method)
     }
 }
 

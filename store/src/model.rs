@@ -58,6 +58,9 @@ pub struct Claimed {
     pub idempotency_key: String,
     /// Attempt deadline (start + `timeout_ms`).
     pub deadline_ms: i64,
+    /// When the step became claimable (`available_at`: ready, timer or backoff passed); the claim time minus
+    /// this is the dispatch latency.
+    pub due_at_ms: i64,
     /// `timeout_ms` of the step.
     pub timeout_ms: i64,
     /// `heartbeat_timeout_ms` of the step.

@@ -23,7 +23,8 @@ const CLAIM: &str = "WITH picked AS (SELECT run_id, step_id FROM steps WHERE sta
        deadline_at = $2 + s.timeout_ms, lease_expires_at = LEAST($2 + s.timeout_ms, $2 + COALESCE(s.heartbeat_timeout_ms, $3)), \
        updated_at = $2 \
      FROM picked WHERE s.run_id = picked.run_id AND s.step_id = picked.step_id \
-     RETURNING s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms, s.deadline_at, s.checkpoint";
+     RETURNING s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms, s.deadline_at, s.checkpoint, \
+       s.available_at";
 
 /// Extends a lease, never past the attempt deadline. Locks the step row. Index: `steps` PK.
 const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \

@@ -12,6 +12,7 @@ pub(crate) struct ClaimedRow {
     pub heartbeat_timeout_ms: Option<i64>,
     pub deadline_at: i64,
     pub checkpoint: Option<String>,
+    pub available_at: Option<i64>,
 }
 
 /// A running step with what deciding its failure needs.

@@ -49,7 +49,7 @@ pub(crate) async fn claim<T: DialectTx>(
             req.now_ms,
         ));
         match resolve(tx, &row).await? {
-            Ok(args) => out.push(claimed(row, lease, args)?),
+            Ok(args) => out.push(claimed(row, lease, args, req.now_ms)?),
             Err(failure) => {
                 fail(tx, &lease, &failure, 0.0, req.now_ms, events).await?;
             }
@@ -58,7 +58,7 @@ pub(crate) async fn claim<T: DialectTx>(
     Ok(out)
 }
 
-fn claimed(row: ClaimedRow, lease: Lease, args: Value) -> StoreResult<Claimed> {
+fn claimed(row: ClaimedRow, lease: Lease, args: Value, now_ms: i64) -> StoreResult<Claimed> {
     let checkpoint = match row.checkpoint.as_deref() {
         Some(text) => Some(
             serde_json::from_str(text).map_err(|e| StoreError::corrupt("steps.checkpoint", e))?,
@@ -71,6 +71,8 @@ fn claimed(row: ClaimedRow, lease: Lease, args: Value) -> StoreResult<Claimed> {
         action: row.action,
         args,
         deadline_ms: row.deadline_at,
+        // Never null for a claimed step (the claim selects `available_at <= now`).
+        due_at_ms: row.available_at.unwrap_or(now_ms),
         timeout_ms: row.timeout_ms,
         heartbeat_timeout_ms: row.heartbeat_timeout_ms,
         checkpoint,
