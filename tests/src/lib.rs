@@ -8,13 +8,16 @@
 //!   tests can count side effects (`calls`) the way the cases' recording stub does. It stands in for real
 //!   worker processes until the worker protocol lands.
 //! - [`raw`]: raw SQL on the engine's pool, for fault injection and measuring persisted row sizes.
-//! - [`http`]: [`http::HttpApp`], the real orchestrator process ([`cairn_orchestrator::server::Server`]: REST
-//!   API, worker gRPC, reaper) on port 0 with a fresh database and a manual clock, a REST client, real `cairn`
+//! - [`http`]: [`http::HttpApp`], the real orchestrator ([`cairn_orchestrator::server::Server`]: REST API,
+//!   worker gRPC, reaper) in the test process on port 0 with a fresh database and a manual clock, a REST client, real `cairn`
 //!   worker processes ([`http::CairnProcess`]) and bounded condition waits ([`http::within`]).
+//! - [`process`]: crash tests' real processes: `cairn serve` ([`process::Orchestrator`]) that can be killed and
+//!   restarted over its database, `cairn worker` processes to kill, freeze and thaw, and a recording endpoint.
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod http;
+pub mod process;
 pub mod raw;
 mod worker;
 

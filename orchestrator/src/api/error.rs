@@ -3,7 +3,7 @@
 //! Internal failures are 500 with a generic body; the cause chain goes to the log, never to the client.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use cairn_store::StoreError;
 use serde_json::{Value, json};
@@ -108,4 +108,43 @@ impl From<PlannerError> for ApiError {
 fn e_message(diagnostics: &[cairn_core::diagnostic::Diagnostic]) -> String {
     let errors = diagnostics.iter().filter(|d| d.is_error()).count();
     format!("the plan is invalid: {errors} error(s)")
+}
+
+/// Makes every error answer JSON `{code, message, details}`, keeping its status and headers (such as `Allow`).
+/// axum's own rejections answer in plain text (a query string or path parameter that does not parse) or with an
+/// empty body (a method the route does not serve); this response layer wraps them. JSON bodies and successful
+/// answers (including event streams) pass through untouched. A server error's text is not echoed.
+pub async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024).await.map(|b| String::from_utf8_lossy(&b).into_owned());
+    let code = match status {
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let reason = status.canonical_reason().unwrap_or("error").to_lowercase();
+    let message = match text {
+        Ok(text) if !text.trim().is_empty() && (status.is_client_error() || code == "unavailable") => text,
+        _ => reason,
+    };
+    let mut answer = ApiError::new(status, code, message).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            answer.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    answer
 }

@@ -91,8 +91,9 @@ pub(super) async fn run_action(
     Ok(Json(view).into_response())
 }
 
-/// Body of a step decision.
+/// Body of a step decision. Unknown fields are refused (a typo such as `{"bye": …}` must not pass silently).
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct DecisionBody {
     /// Who decided (recorded in the run history).
     #[serde(default)]
@@ -124,7 +125,27 @@ pub(super) async fn step_action(
         super::body::typed(value)?
     };
     let by = decision.by.unwrap_or_else(|| "api".into());
-    if !state.engine.operate(&id, step, action, &by).await? {
+    if matches!(action, OperatorAction::Approve | OperatorAction::Reject) {
+        // Approvals check the approval deadline (issue 9): a decision after it is refused.
+        let approve = action == OperatorAction::Approve;
+        match state.engine.decide_approval(&id, step, approve, &by).await? {
+            cairn_store::ApprovalOutcome::Decided => {}
+            cairn_store::ApprovalOutcome::TimedOut => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "approval_timed_out",
+                    format!("the approval of step `{step}` of run `{id}` timed out; its on_timeout outcome applied"),
+                ));
+            }
+            cairn_store::ApprovalOutcome::WrongState => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "wrong_state",
+                    format!("step `{step}` of run `{id}` is not waiting_approval (or does not exist)"),
+                ));
+            }
+        }
+    } else if !state.engine.operate(&id, step, action, &by).await? {
         let expected = if matches!(action, OperatorAction::Approve | OperatorAction::Reject) {
             "waiting_approval"
         } else {
