@@ -139,7 +139,7 @@ impl StaticCatalog {
     }
 
     /// Cairn's built-in actions: `noop`, `sleep`, `condition.eval`, `http.request`, `weather.forecast`,
-    /// `notify.send`, `llm.chat`.
+    /// `notify.send`, `llm.chat`, `event.wait`.
     pub fn builtin() -> Self {
         // The built-in schemas are constants checked by the tests below, so compilation cannot fail at run time.
         Self::new(builtin_specs()).unwrap_or_default()
@@ -249,6 +249,15 @@ pub fn builtin_specs() -> Vec<ActionSpec> {
                 "messages": {"type": "array"}, "max_tokens": {"type": "integer", "minimum": 1},
                 "temperature": {"type": "number", "minimum": 0}}}),
             json!({"type": "object", "properties": {"text": {"type": "string"}, "usage": {"type": "object"}}}),
+        ),
+        // Run by the orchestrator itself (no worker serves it): waits for `POST /v1/events`.
+        spec(
+            crate::event_wait::ACTION,
+            "Wait for an external event (POST /v1/events) by name, optional key and CEL filter over its payload; \
+             output: the matched payload.",
+            Effect::Read,
+            crate::event_wait::args_schema(),
+            json!({"description": "the matched event's payload"}),
         ),
     ]
 }

@@ -9,8 +9,10 @@
 //! - [`diagnostic`]: the `{severity, code, step_id, pointer, message, hint}` shape and its stable codes.
 //! - [`validate`]: static validation of a plan; returns every diagnostic at once.
 //! - [`catalog`]: the [`catalog::ActionCatalog`] trait the validator checks actions against, and the built-ins.
+//! - [`event_wait`]: the built-in `event.wait` action: its args and the CEL filter over an event's payload.
 //! - [`placeholder`]: the `$step.output.path` grammar: parsing, rendering and resolution against outputs.
 //! - [`condition`]: `when` expressions (CEL): compilation, step references, evaluation.
+//! - [`schedule`]: cron schedules in an IANA zone: DST-correct fire times, "never fires", misfire decisions.
 //! - [`time_spec`]: `not_before` specs (`tomorrow 08:00`, `in 90m`, RFC 3339) resolved with a time zone.
 //! - [`retry`]: retry policies and the backoff/jitter maths (`next_delay`).
 //! - [`pointer`]: JSON pointer building (RFC 6901 escaping).
@@ -23,12 +25,14 @@ pub mod clock;
 pub mod condition;
 pub mod diagnostic;
 pub mod document;
+pub mod event_wait;
 pub mod failure;
 pub mod machine;
 pub mod placeholder;
 pub mod plan;
 pub mod pointer;
 pub mod retry;
+pub mod schedule;
 pub mod state;
 pub mod time_spec;
 pub mod validate;

@@ -149,6 +149,20 @@ pub struct Approval {
     /// What happens when the timeout passes; `fail` by default.
     #[serde(default)]
     pub on_timeout: ApprovalTimeout,
+    /// What a rejection does; `fail` by default.
+    #[serde(default)]
+    pub on_reject: ApprovalReject,
+}
+
+/// Outcome of a rejected approval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalReject {
+    /// The step fails (failure code `approval_rejected`).
+    #[default]
+    Fail,
+    /// The step is skipped.
+    Skip,
 }
 
 /// Outcome of an approval that timed out.

@@ -211,7 +211,7 @@ pub fn resolve(
 
 /// The instant of civil `dt` in `tz`: a gap moves forward to the transition that opened it (the first valid
 /// instant after the missing local times), a fold takes the earlier of the two instants.
-fn local_to_instant(tz: &TimeZone, dt: DateTime) -> Result<Timestamp, TimeSpecError> {
+pub(crate) fn local_to_instant(tz: &TimeZone, dt: DateTime) -> Result<Timestamp, TimeSpecError> {
     let range = |_| out_of_range(format!("{dt} is outside the supported range"));
     match tz.to_ambiguous_timestamp(dt).offset() {
         AmbiguousOffset::Unambiguous { offset } => offset.to_timestamp(dt).map_err(range),

@@ -19,7 +19,9 @@ use tokio::sync::Notify;
 
 use crate::catalog::LiveCatalog;
 use crate::config::EngineConfig;
+use crate::metrics::Metrics;
 use crate::submit::{self, SubmitError, SubmitRequest, Submitted};
+use crate::trace::{self, AttemptSpans};
 
 /// Longest a long-poll sleeps before looking again when nothing is due (guards against missed wake-ups from
 /// another orchestrator sharing the database).
@@ -38,6 +40,10 @@ struct Inner {
     config: EngineConfig,
     wake: Notify,
     started_at_ms: i64,
+    /// In-process observations for `/metrics`.
+    metrics: Metrics,
+    /// Attempt spans between claim and report.
+    spans: AttemptSpans,
 }
 
 impl std::fmt::Debug for Engine {
@@ -71,6 +77,8 @@ impl Engine {
                 config,
                 wake: Notify::new(),
                 started_at_ms,
+                metrics: Metrics::new(),
+                spans: AttemptSpans::default(),
             }),
         })
     }
@@ -88,6 +96,15 @@ impl Engine {
     /// The live action catalog (built-ins plus registered actions).
     pub fn catalog(&self) -> &LiveCatalog {
         &self.inner.catalog
+    }
+
+    /// In-process metrics (histograms, workers heard from), rendered with the database's figures at `/metrics`.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    fn lease_ttl_ms(&self) -> i64 {
+        i64::try_from(self.inner.config.lease_ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Current time in epoch milliseconds, from the injected clock.
@@ -111,6 +128,9 @@ impl Engine {
         let run = submit::prepare(req, &self.inner.catalog.snapshot(), &self.inner.config.limits, run_id, now)?;
         let outcome = submit::outcome(self.inner.store.create_run(&run).await?)?;
         tracing::info!(run_id = %outcome.run_id, existing = outcome.existing, "run submitted");
+        if !outcome.existing {
+            trace::run_submitted(&outcome.run_id);
+        }
         self.wake();
         Ok(outcome)
     }
@@ -120,10 +140,15 @@ impl Engine {
     /// # Errors
     /// Store errors (retryable when the database is unreachable).
     pub async fn claim(&self, worker_id: &str, actions: &[String], limit: u32) -> StoreResult<Vec<Claimed>> {
-        let req =
-            ClaimRequest { worker_id: worker_id.to_owned(), actions: actions.to_vec(), limit, now_ms: self.now_ms() };
-        let lease_ttl_ms = i64::try_from(self.inner.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+        let now_ms = self.now_ms();
+        let req = ClaimRequest { worker_id: worker_id.to_owned(), actions: actions.to_vec(), limit, now_ms };
+        let lease_ttl_ms = self.lease_ttl_ms();
         let claimed = self.inner.store.claim(&req, lease_ttl_ms).await?;
+        self.inner.metrics.worker_seen(worker_id, now_ms);
+        for c in &claimed {
+            self.inner.metrics.dispatched(&c.action, now_ms - c.due_at_ms);
+            self.inner.spans.claimed(c, now_ms, lease_ttl_ms);
+        }
         if !claimed.is_empty() {
             tracing::debug!(worker_id, count = claimed.len(), "steps claimed");
         }
@@ -171,7 +196,7 @@ impl Engine {
     pub async fn complete(&self, lease: &Lease, output: &Value) -> StoreResult<Report> {
         let limits = ReportLimits { max_output_bytes: self.inner.config.max_output_bytes };
         let report = self.inner.store.complete(lease, output, limits, self.now_ms()).await?;
-        self.after_report(lease, report);
+        self.after_report(lease, report, None);
         Ok(report)
     }
 
@@ -181,12 +206,20 @@ impl Engine {
     /// Store errors (retryable: resend the report).
     pub async fn fail(&self, lease: &Lease, failure: &Failure) -> StoreResult<Report> {
         let report = self.inner.store.fail(lease, failure, rand::random::<f64>(), self.now_ms()).await?;
-        self.after_report(lease, report);
+        self.after_report(lease, report, Some(&failure.code));
         Ok(report)
     }
 
-    fn after_report(&self, lease: &Lease, report: Report) {
+    fn after_report(&self, lease: &Lease, report: Report, failure_code: Option<&str>) {
         tracing::debug!(run_id = %lease.run_id, step_id = %lease.step_id, attempt = lease.attempt, ?report, "report");
+        let now_ms = self.now_ms();
+        self.inner.metrics.worker_seen(&lease.worker_id, now_ms);
+        let outcome = report_name(report);
+        if let Some(closed) = self.inner.spans.closed(lease, outcome, failure_code)
+            && report != Report::Stale
+        {
+            self.inner.metrics.finished(&closed.action, outcome, now_ms - closed.claimed_at_ms);
+        }
         if report != Report::Stale {
             self.wake();
         }
@@ -198,8 +231,16 @@ impl Engine {
     /// # Errors
     /// Store errors.
     pub async fn heartbeat(&self, lease: &Lease, checkpoint: Option<&Value>) -> StoreResult<HeartbeatOutcome> {
-        let ttl = i64::try_from(self.inner.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
-        self.inner.store.heartbeat(lease, checkpoint, ttl, self.now_ms()).await
+        let now_ms = self.now_ms();
+        let outcome = self.inner.store.heartbeat(lease, checkpoint, self.lease_ttl_ms(), now_ms).await?;
+        self.inner.metrics.worker_seen(&lease.worker_id, now_ms);
+        match outcome {
+            HeartbeatOutcome::Extended { lease_expires_ms } => self.inner.spans.extended(lease, lease_expires_ms),
+            HeartbeatOutcome::Gone => {
+                self.inner.spans.closed(lease, "gone", None);
+            }
+        }
+        Ok(outcome)
     }
 
     /// One reaper pass: fails attempts whose lease expired. Nothing is reaped during the start-up grace period
@@ -219,6 +260,7 @@ impl Engine {
             return Ok(0);
         }
         let reaped = self.inner.store.reap(now, self.inner.config.reap_batch, rand::random::<f64>()).await?;
+        self.inner.spans.expired(now);
         if reaped > 0 {
             tracing::warn!(reaped, "expired leases reaped");
             self.wake();
@@ -248,6 +290,17 @@ impl Engine {
             self.wake();
         }
         Ok(done)
+    }
+}
+
+/// How a report ended an attempt, as a span field and metric label.
+fn report_name(report: Report) -> &'static str {
+    match report {
+        Report::Succeeded => "succeeded",
+        Report::RetryScheduled => "retry_scheduled",
+        Report::Failed => "failed",
+        Report::OutcomeUnknown => "outcome_unknown",
+        Report::Stale => "stale",
     }
 }
 

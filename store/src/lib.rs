@@ -10,6 +10,8 @@
 //! - [`error`]: [`StoreError`], with which failures are retryable.
 //! - `flow`: submit, claim, finish (complete/fail), settle (the cascade), control (cancel, operator, reaper).
 //! - `read`: queries for the API and CLI (runs, steps, attempts, events).
+//! - `waiting`, `wait_tx`: durable waiting (issue 9): schedules and ticks, approval decisions and deadlines,
+//!   external events and `event.wait` steps.
 //! - `tx`, `sql`, `rows`, `sqlite`, `postgres`: statements and rows.
 //!
 //! Every method takes `now` from the caller (the orchestrator's injected clock): SQL never decides with `now()`.

@@ -132,5 +132,7 @@ pub(crate) const OPEN_RUNS: &str = "SELECT id, step_count, created_at FROM runs 
 pub(crate) const WORKER_UPSERT: &str = "INSERT INTO workers (id, actions, registered_at, last_seen_at) \
      VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO UPDATE SET actions = excluded.actions, last_seen_at = excluded.last_seen_at";
 
-/// Earliest due time of a ready step (for the dispatcher's sleep). Index: `steps_ready_idx`.
-pub(crate) const NEXT_DUE: &str = "SELECT MIN(available_at) FROM steps WHERE status = 'ready'";
+/// Earliest due time of a ready step (for the dispatcher's sleep). `event.wait` steps are started by the
+/// orchestrator's waiting loop, never claimed by workers, so they do not count. Index: `steps_ready_idx`.
+pub(crate) const NEXT_DUE: &str =
+    "SELECT MIN(available_at) FROM steps WHERE status = 'ready' AND action <> 'event.wait'";

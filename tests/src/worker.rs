@@ -33,19 +33,11 @@ pub struct TestWorker {
 impl TestWorker {
     /// A worker with no handlers.
     pub fn new(id: &str) -> Self {
-        Self {
-            id: id.into(),
-            handlers: HashMap::new(),
-            calls: Arc::default(),
-        }
+        Self { id: id.into(), handlers: HashMap::new(), calls: Arc::default() }
     }
 
     /// Serves `action` with `handler`.
-    pub fn on(
-        mut self,
-        action: &str,
-        handler: impl Fn(&Claimed) -> Outcome + Send + Sync + 'static,
-    ) -> Self {
+    pub fn on(mut self, action: &str, handler: impl Fn(&Claimed) -> Outcome + Send + Sync + 'static) -> Self {
         self.handlers.insert(action.into(), Arc::new(handler));
         self
     }
@@ -69,10 +61,7 @@ impl TestWorker {
 
     /// Attempts handed to this worker for `step_id`.
     pub fn calls_for(&self, step_id: &str) -> Vec<Claimed> {
-        self.calls()
-            .into_iter()
-            .filter(|c| c.lease.step_id == step_id)
-            .collect()
+        self.calls().into_iter().filter(|c| c.lease.step_id == step_id).collect()
     }
 
     /// Claims and handles steps until nothing is claimable at the current clock time. Returns attempts handled.

@@ -3,6 +3,7 @@
 pub mod plan;
 pub mod run;
 pub mod runs;
+pub mod schedule;
 pub mod schema;
 pub mod serve;
 pub mod validate;

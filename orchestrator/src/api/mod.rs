@@ -1,9 +1,11 @@
 //! The REST API (axum, JSON, versioned under `/v1`; OpenAPI at `/openapi.json`).
 //!
-//! Routes: `GET /healthz`, `GET /readyz`, `GET /metrics` (Prometheus), `POST /v1/plans:validate`, `POST /v1/plans:draft`, `POST /v1/runs`,
-//! `GET /v1/runs`, `GET /v1/runs/{id}`, `GET /v1/runs/{id}/events` (JSON, or `text/event-stream` for live updates),
+//! Routes: `GET /healthz`, `GET /readyz`, `GET /metrics` (Prometheus; no auth), `POST /v1/plans:validate`,
+//! `POST /v1/plans:draft`, `POST /v1/runs`, `GET /v1/runs`, `GET /v1/runs/{id}`, `GET /v1/runs/{id}/events` (JSON,
+//! or `text/event-stream` for live updates),
 //! `POST /v1/runs/{id}:cancel`, `POST /v1/runs/{id}/steps/{step}:approve|:reject|:retry|:skip|:fail`,
-//! `GET /v1/actions`. The `:verb` suffixes are parsed in the handlers because the router does not match
+//! `GET /v1/actions`; durable waiting: `/v1/schedules` (CRUD, `:pause`, `:resume`, `/{id}/next`), `POST /v1/events`,
+//! `GET /v1/approvals`. The `:verb` suffixes are parsed in the handlers because the router does not match
 //! suffixes after a path parameter.
 //!
 //! Bearer-token auth when a token is configured (always outside `cairn dev`); bodies over the configured size
@@ -12,10 +14,12 @@
 mod body;
 pub mod error;
 mod events;
+mod events_in;
 mod metrics;
 mod openapi;
 mod plans;
 mod runs;
+mod schedules;
 mod trace;
 
 use std::sync::Arc;
@@ -68,6 +72,14 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
         .route("/v1/runs/{id}/events", get(events::events))
         .route("/v1/runs/{id}/steps/{step}", post(runs::step_action))
         .route("/v1/actions", get(runs::actions))
+        .route("/v1/schedules", post(schedules::create).get(schedules::list))
+        .route(
+            "/v1/schedules/{id}",
+            get(schedules::show).patch(schedules::update).delete(schedules::delete).post(schedules::action),
+        )
+        .route("/v1/schedules/{id}/next", get(schedules::next))
+        .route("/v1/events", post(events_in::deliver))
+        .route("/v1/approvals", get(events_in::approvals))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -76,6 +88,7 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
         .route("/openapi.json", get(openapi::document))
         .merge(v1)
         .fallback(|| async { ApiError::not_found("route") })
+        .layer(middleware::map_response(error::json_errors))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(middleware::from_fn(trace::request_span))
         .with_state(state)

@@ -58,12 +58,28 @@ pub(super) async fn document() -> Response {
                 "404": error_response("no such run"), "409": error_response("already finished")}}},
             "/v1/runs/{id}/events": {"get": {"summary": "history; text/event-stream for live updates",
                 "parameters": [id.clone()], "responses": {"200": {"description": "{events} or an SSE stream"}}}},
-            "/v1/runs/{id}/steps/{step}:approve": {"post": {"responses": {"200": ok_run, "409": error_response("not waiting for approval")}}},
+            "/v1/runs/{id}/steps/{step}:approve": {"post": {"responses": {"200": ok_run, "409": error_response("not waiting for approval, or approval_timed_out")}}},
             "/v1/runs/{id}/steps/{step}:reject": {"post": {"responses": {"200": ok_run, "409": error_response("not waiting for approval")}}},
             "/v1/runs/{id}/steps/{step}:retry": {"post": {"responses": {"200": ok_run, "409": error_response("not outcome_unknown")}}},
             "/v1/runs/{id}/steps/{step}:skip": {"post": {"responses": {"200": ok_run, "409": error_response("not outcome_unknown")}}},
             "/v1/runs/{id}/steps/{step}:fail": {"post": {"responses": {"200": ok_run, "409": error_response("not outcome_unknown")}}},
             "/v1/actions": {"get": {"summary": "registered actions with schemas and effects", "responses": {"200": {"description": "{actions}"}}}},
+            "/v1/schedules": {
+                "post": {"summary": "create a cron schedule: {id?, cron, timezone?, plan, input?, overlap?, misfire?, catch_up_max?, paused?}",
+                    "responses": {"201": {"description": "the schedule"}, "409": error_response("id taken"),
+                        "422": error_response("invalid_schedule, never_fires or invalid_plan")}},
+                "get": {"summary": "list schedules", "responses": {"200": {"description": "{schedules}"}}}},
+            "/v1/schedules/{id}": {
+                "get": {"parameters": [id.clone()], "responses": {"200": {"description": "the schedule with recent ticks"}, "404": error_response("no such schedule")}},
+                "patch": {"parameters": [id.clone()], "responses": {"200": {"description": "the schedule"}, "404": error_response("no such schedule")}},
+                "delete": {"parameters": [id.clone()], "responses": {"204": {"description": "deleted"}, "404": error_response("no such schedule")}}},
+            "/v1/schedules/{id}:pause": {"post": {"parameters": [id.clone()], "responses": {"200": {"description": "the schedule"}}}},
+            "/v1/schedules/{id}:resume": {"post": {"parameters": [id.clone()], "responses": {"200": {"description": "the schedule"}}}},
+            "/v1/schedules/{id}/next": {"get": {"summary": "coming fire times (?count=N)", "parameters": [id.clone()],
+                "responses": {"200": {"description": "{next: [{at, at_ms, local}]}"}}}},
+            "/v1/events": {"post": {"summary": "deliver an external event {name, key?, payload?} to event.wait steps",
+                "responses": {"202": {"description": "{id, matched: [{run_id, step_id}]}"}}}},
+            "/v1/approvals": {"get": {"summary": "steps waiting for approval across runs", "responses": {"200": {"description": "{approvals}"}}}},
         }
     }))
     .into_response()

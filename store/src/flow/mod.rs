@@ -7,10 +7,15 @@
 //! - [`finish`]: accept a completion or a failure under a lease (retry, fail, or `outcome_unknown`).
 //! - [`claim`]: lease ready steps and resolve their placeholders.
 //! - [`control`]: cancellation, operator decisions, approvals, the lease reaper.
+//! - [`schedule`], [`approval`], [`event_wait`]: durable waiting: schedule ticks, approval decisions and
+//!   timeouts, `event.wait` steps.
 
+pub(crate) mod approval;
 pub(crate) mod claim;
 pub(crate) mod control;
+pub(crate) mod event_wait;
 pub(crate) mod finish;
+pub(crate) mod schedule;
 pub(crate) mod settle;
 pub(crate) mod submit;
 

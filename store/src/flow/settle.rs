@@ -21,7 +21,8 @@ use crate::tx::StepTx;
 /// What was decided for a candidate.
 enum Decision {
     Ready { available_at: i64 },
-    WaitingApproval,
+    /// `deadline`: entry + `approval.timeout_ms`, kept in `available_at` (see `flow::approval`).
+    WaitingApproval { deadline: Option<i64> },
     Skipped(&'static str),
     Failed(Failure),
 }
@@ -71,9 +72,10 @@ fn runnable(c: &ChildRow, now: i64) -> Decision {
         .approval
         .as_deref()
         .and_then(|a| serde_json::from_str::<Value>(a).ok())
-        .is_some_and(|a| a.get("required").and_then(Value::as_bool).unwrap_or(false));
-    if approval {
-        Decision::WaitingApproval
+        .filter(|a| a.get("required").and_then(Value::as_bool).unwrap_or(false));
+    if let Some(approval) = approval {
+        let timeout = approval.get("timeout_ms").and_then(Value::as_i64);
+        Decision::WaitingApproval { deadline: timeout.map(|ms| now.saturating_add(ms)) }
     } else {
         Decision::Ready {
             available_at: c.not_before_at.unwrap_or(now).max(now),
@@ -97,7 +99,9 @@ async fn apply<T: StepTx>(
             None,
             json!({"available_at": available_at}),
         ),
-        Decision::WaitingApproval => ("waiting_approval", None, None, json!({})),
+        Decision::WaitingApproval { deadline } => {
+            ("waiting_approval", *deadline, None, json!({"deadline": deadline}))
+        }
         Decision::Skipped(reason) => ("skipped", None, None, json!({"reason": reason})),
         Decision::Failed(f) => {
             let record = json!({"code": f.code, "message": f.message, "retryable": false, "suggestion": "replan"});

@@ -225,7 +225,7 @@ pub async fn run(
         fatal: FatalError::default(),
     });
     let source = FetchSource { session: session.clone(), slots: Arc::new(Semaphore::new(config.concurrency)) };
-    let reporter = Reporter::new(client, config.report_give_up_after);
+    let reporter = Reporter::new(client, config.report_give_up_after, heartbeat_every);
     let (worker_id, concurrency, drain_timeout) = (config.worker_id.clone(), config.concurrency, config.drain_timeout);
 
     let monitor = Monitor::new()

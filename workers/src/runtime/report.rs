@@ -2,7 +2,10 @@
 //!
 //! A finished attempt's result is precious: the orchestrator may be restarting (case C14), so a report is
 //! retried with exponential backoff (`backon`) on transient errors for up to `give_up_after` in total, while the
-//! attempt keeps its worker slot. Resending is safe: every report is fenced by its lease, so a duplicate or late
+//! attempt keeps its worker slot. The backoff is capped at the heartbeat interval (a quarter of the lease TTL;
+//! at most twice that with jitter): a restarted orchestrator reaps nothing for one lease TTL, and a report
+//! must land within that grace however long the outage was, or the held result is lost (its attempt reaped as
+//! `lease_lost`). Resending is safe: every report is fenced by its lease, so a duplicate or late
 //! one is answered `STALE` and changes nothing. After giving up, the lease expires and the reaper decides.
 
 use std::time::Duration;
@@ -41,6 +44,8 @@ pub(crate) enum ReportError {
 pub(crate) struct Reporter {
     client: OrchestratorClient,
     give_up_after: Duration,
+    /// Longest wait between two tries before jitter: the heartbeat interval.
+    max_delay: Duration,
 }
 
 enum Report {
@@ -49,8 +54,8 @@ enum Report {
 }
 
 impl Reporter {
-    pub(crate) fn new(client: OrchestratorClient, give_up_after: Duration) -> Self {
-        Self { client, give_up_after }
+    pub(crate) fn new(client: OrchestratorClient, give_up_after: Duration, max_delay: Duration) -> Self {
+        Self { client, give_up_after, max_delay }
     }
 
     async fn deliver(self, info: LeaseInfo, report: Report) -> Result<(), ReportError> {
@@ -58,8 +63,8 @@ impl Reporter {
             tracing::Span::current().record("cairn.failure_code", failure.code.as_str());
         }
         let backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(100))
-            .with_max_delay(Duration::from_secs(10))
+            .with_min_delay(Duration::from_millis(100).min(self.max_delay))
+            .with_max_delay(self.max_delay)
             .with_jitter()
             .without_max_times()
             .with_total_delay(Some(self.give_up_after));
