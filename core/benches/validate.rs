@@ -16,10 +16,7 @@ fn large_plan(steps: usize) -> Value {
     let mut edges = 0;
     let mut placeholders = 0;
     for i in 0..steps {
-        let mut deps: Vec<usize> = [i.wrapping_sub(1), i / 2, (i * 7) / 11]
-            .into_iter()
-            .filter(|&d| d < i)
-            .collect();
+        let mut deps: Vec<usize> = [i.wrapping_sub(1), i / 2, (i * 7) / 11].into_iter().filter(|&d| d < i).collect();
         deps.sort_unstable();
         deps.dedup();
         let mut k = 3;
@@ -36,15 +33,10 @@ fn large_plan(steps: usize) -> Value {
             args.insert(format!("in{n}"), json!(format!("$s{d}.output.value")));
             placeholders += 1;
         }
-        args.insert(
-            "text".into(),
-            json!(format!("step {i} of the benchmark plan")),
-        );
+        args.insert("text".into(), json!(format!("step {i} of the benchmark plan")));
         let depends_on: Vec<String> = deps.iter().map(|d| format!("s{d}")).collect();
-        out.push(
-            json!({"id": format!("s{i}"), "action": "noop", "args": args, "depends_on": depends_on,
-                        "timeout_ms": 5000, "retry": {"max_attempts": 3}}),
-        );
+        out.push(json!({"id": format!("s{i}"), "action": "noop", "args": args, "depends_on": depends_on,
+                        "timeout_ms": 5000, "retry": {"max_attempts": 3}}));
     }
     eprintln!("benchmark plan: {steps} steps, {edges} edges, {placeholders} placeholders");
     json!({"goal": "benchmark", "context": {"timezone": "Asia/Shanghai"}, "steps": out})
@@ -55,14 +47,10 @@ fn bench(c: &mut Criterion) {
     let limits = Limits::default();
     let plan = large_plan(1000);
     let text = plan.to_string();
-    assert!(
-        validate_value(&plan, &catalog, &limits).valid,
-        "the benchmark plan must be valid"
-    );
-    c.bench_function(
-        "validate_value 1000 steps / 3000 edges / 2000 placeholders",
-        |b| b.iter(|| validate_value(std::hint::black_box(&plan), &catalog, &limits)),
-    );
+    assert!(validate_value(&plan, &catalog, &limits).valid, "the benchmark plan must be valid");
+    c.bench_function("validate_value 1000 steps / 3000 edges / 2000 placeholders", |b| {
+        b.iter(|| validate_value(std::hint::black_box(&plan), &catalog, &limits))
+    });
     c.bench_function("validate_text (parse + validate) 1000 steps", |b| {
         b.iter(|| validate_text(std::hint::black_box(&text), Format::Json, &catalog, &limits))
     });

@@ -65,9 +65,7 @@ pub struct CatalogEntry {
 
 impl std::fmt::Debug for CatalogEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CatalogEntry")
-            .field("spec", &self.spec)
-            .finish_non_exhaustive()
+        f.debug_struct("CatalogEntry").field("spec", &self.spec).finish_non_exhaustive()
     }
 }
 
@@ -87,10 +85,8 @@ impl CatalogEntry {
     /// # Errors
     /// [`SchemaError`] when the args schema is not a valid JSON Schema.
     pub fn new(spec: ActionSpec) -> Result<Self, SchemaError> {
-        let validator = jsonschema::validator_for(&spec.args_schema).map_err(|e| SchemaError {
-            action: spec.name.clone(),
-            message: e.to_string(),
-        })?;
+        let validator = jsonschema::validator_for(&spec.args_schema)
+            .map_err(|e| SchemaError { action: spec.name.clone(), message: e.to_string() })?;
         Ok(Self { spec, validator })
     }
 
@@ -103,10 +99,7 @@ impl CatalogEntry {
     pub fn check_args(&self, args: &Value) -> Vec<ArgsProblem> {
         self.validator
             .iter_errors(args)
-            .map(|e| ArgsProblem {
-                pointer: e.instance_path().to_string(),
-                message: e.to_string(),
-            })
+            .map(|e| ArgsProblem { pointer: e.instance_path().to_string(), message: e.to_string() })
             .collect()
     }
 }
@@ -155,13 +148,7 @@ impl ActionCatalog for StaticCatalog {
     }
 }
 
-fn spec(
-    name: &str,
-    description: &str,
-    effect: Effect,
-    args_schema: Value,
-    output_schema: Value,
-) -> ActionSpec {
+fn spec(name: &str, description: &str, effect: Effect, args_schema: Value, output_schema: Value) -> ActionSpec {
     ActionSpec {
         name: name.into(),
         version: "1".into(),
@@ -203,13 +190,7 @@ pub fn builtin_specs() -> Vec<ActionSpec> {
     );
     notify.grounded_args = vec!["/to".into()];
     vec![
-        spec(
-            "noop",
-            "Echo the args as the output.",
-            Effect::Read,
-            any_object.clone(),
-            any_object.clone(),
-        ),
+        spec("noop", "Echo the args as the output.", Effect::Read, any_object.clone(), any_object.clone()),
         spec(
             "sleep",
             "Wait for a duration, checkpointing progress.",
@@ -270,15 +251,9 @@ mod tests {
     fn every_builtin_schema_compiles() {
         for spec in builtin_specs() {
             let name = spec.name.clone();
-            assert!(
-                CatalogEntry::new(spec).is_ok(),
-                "builtin `{name}` must compile"
-            );
+            assert!(CatalogEntry::new(spec).is_ok(), "builtin `{name}` must compile");
         }
-        assert_eq!(
-            StaticCatalog::builtin().names().len(),
-            builtin_specs().len()
-        );
+        assert_eq!(StaticCatalog::builtin().names().len(), builtin_specs().len());
     }
 
     #[test]

@@ -21,25 +21,17 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock stopped at `start`.
     pub fn new(start: Timestamp) -> Self {
-        Self {
-            now: Mutex::new(start),
-        }
+        Self { now: Mutex::new(start) }
     }
 
     /// Sets the time (it may move backwards, as a misconfigured host's can).
     pub fn set(&self, at: Timestamp) {
-        *self
-            .now
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+        *self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = at;
     }
 
     /// Moves the time forward by `by` (saturating at the maximum timestamp).
     pub fn advance(&self, by: Duration) {
-        let mut now = self
-            .now
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut now = self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let by = jiff::SignedDuration::try_from(by).unwrap_or(jiff::SignedDuration::MAX);
         *now = now.checked_add(by).unwrap_or(Timestamp::MAX);
     }
@@ -47,9 +39,6 @@ impl ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
-        *self
-            .now
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

@@ -101,18 +101,9 @@ impl Condition {
             if cel_source != expr {
                 message.push_str(&format!(" of `{cel_source}`"));
             }
-            ConditionError::Syntax {
-                expr: expr.to_owned(),
-                message,
-                line,
-                column,
-            }
+            ConditionError::Syntax { expr: expr.to_owned(), message, line, column }
         })?;
-        Ok(Self {
-            source: expr.to_owned(),
-            cel_source,
-            program,
-        })
+        Ok(Self { source: expr.to_owned(), cel_source, program })
     }
 
     /// The expression as written.
@@ -149,14 +140,8 @@ impl Condition {
         context.add_variable_from_value("steps", object_to_cel(&scope.steps));
         match self.program.execute(&context) {
             Ok(Value::Bool(value)) => Ok(value),
-            Ok(other) => Err(ConditionError::NotBool {
-                expr: self.source.clone(),
-                found: other.type_of().to_string(),
-            }),
-            Err(error) => Err(ConditionError::Evaluation {
-                expr: self.source.clone(),
-                message: error.to_string(),
-            }),
+            Ok(other) => Err(ConditionError::NotBool { expr: self.source.clone(), found: other.type_of().to_string() }),
+            Err(error) => Err(ConditionError::Evaluation { expr: self.source.clone(), message: error.to_string() }),
         }
     }
 }
@@ -194,16 +179,8 @@ fn is_raw_prefix(before: &str) -> bool {
 
 /// Byte length of the string literal at the start of `text` (quote included); the rest of `text` if unclosed.
 fn string_literal_len(text: &str, raw: bool) -> usize {
-    let (quote, triple) = if text.starts_with('"') {
-        ("\"", "\"\"\"")
-    } else {
-        ("'", "'''")
-    };
-    let delimiter = if text.starts_with(triple) {
-        triple
-    } else {
-        quote
-    };
+    let (quote, triple) = if text.starts_with('"') { ("\"", "\"\"\"") } else { ("'", "'''") };
+    let delimiter = if text.starts_with(triple) { triple } else { quote };
     let mut chars = text.char_indices().skip(delimiter.len());
     while let Some((i, c)) = chars.next() {
         if text[i..].starts_with(delimiter) {
@@ -231,9 +208,8 @@ fn placeholder(text: &str) -> Option<(String, usize)> {
     if !after_dollar.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
         return None;
     }
-    let id_len = after_dollar
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-        .unwrap_or(after_dollar.len());
+    let id_len =
+        after_dollar.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')).unwrap_or(after_dollar.len());
     let id = after_dollar[..id_len].trim_end_matches('-');
     let mut used = 1 + id.len();
     if id == "input" {
@@ -245,11 +221,7 @@ fn placeholder(text: &str) -> Option<(String, usize)> {
     {
         used += ".output".len();
     }
-    let step = if id.contains('-') {
-        format!("steps[\"{id}\"]")
-    } else {
-        format!("steps.{id}")
-    };
+    let step = if id.contains('-') { format!("steps[\"{id}\"]") } else { format!("steps.{id}") };
     Some((format!("{step}.output"), used))
 }
 
@@ -327,13 +299,9 @@ fn json_to_cel(value: &serde_json::Value) -> Value {
 }
 
 fn object_to_cel(map: &serde_json::Map<String, serde_json::Value>) -> Value {
-    let entries: HashMap<Key, Value> = map
-        .iter()
-        .map(|(k, v)| (Key::String(Arc::new(k.clone())), json_to_cel(v)))
-        .collect();
-    Value::Map(Map {
-        map: Arc::new(entries),
-    })
+    let entries: HashMap<Key, Value> =
+        map.iter().map(|(k, v)| (Key::String(Arc::new(k.clone())), json_to_cel(v))).collect();
+    Value::Map(Map { map: Arc::new(entries) })
 }
 
 #[cfg(test)]
@@ -348,13 +316,8 @@ mod tests {
             "a": {"output": null, "status": "skipped"},
             "fetch-data": {"output": {"n": 3}, "status": "succeeded"},
         });
-        let serde_json::Value::Object(steps) = steps else {
-            unreachable!("an object literal")
-        };
-        ConditionScope {
-            input: json!({"city": "Wuhan", "threshold": 50}),
-            steps,
-        }
+        let serde_json::Value::Object(steps) = steps else { unreachable!("an object literal") };
+        ConditionScope { input: json!({"city": "Wuhan", "threshold": 50}), steps }
     }
 
     fn eval(expr: &str) -> Result<bool, ConditionError> {
@@ -364,23 +327,12 @@ mod tests {
     #[test]
     fn invalid_cel_is_a_syntax_error_with_a_position() {
         let err = Condition::compile("steps.a.output.x >= ").expect_err("incomplete");
-        let ConditionError::Syntax {
-            line,
-            column,
-            ref message,
-            ..
-        } = err
-        else {
-            panic!("{err:?}")
-        };
+        let ConditionError::Syntax { line, column, ref message, .. } = err else { panic!("{err:?}") };
         assert_eq!((line, column), (Some(1), Some(21)));
         assert!(message.contains("line 1, column 21"), "{message}");
         assert!(err.to_string().contains("steps.a.output.x >= "), "{err}");
         for bad in ["", "(", "a b", "$", "1 +\n(2", "'unclosed"] {
-            assert!(
-                matches!(Condition::compile(bad), Err(ConditionError::Syntax { .. })),
-                "{bad:?}"
-            );
+            assert!(matches!(Condition::compile(bad), Err(ConditionError::Syntax { .. })), "{bad:?}");
         }
     }
 
@@ -393,8 +345,7 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(c.step_references(), ["b", "a", "c", "d", "e", "f", "g"]);
-        let hyphen =
-            Condition::compile("$fetch-data.n > 2 && input.x == 'steps.fake'").expect("valid");
+        let hyphen = Condition::compile("$fetch-data.n > 2 && input.x == 'steps.fake'").expect("valid");
         assert_eq!(hyphen.step_references(), ["fetch-data"]);
     }
 
@@ -402,10 +353,7 @@ mod tests {
     fn evaluation_reads_input_outputs_and_statuses() {
         assert_eq!(eval("steps.rainy.output.matched"), Ok(true));
         assert_eq!(eval("steps.weather.output.precip_prob >= 0.5"), Ok(true));
-        assert_eq!(
-            eval("steps.weather.output.precip_prob * 100.0 >= double(input.threshold)"),
-            Ok(true)
-        );
+        assert_eq!(eval("steps.weather.output.precip_prob * 100.0 >= double(input.threshold)"), Ok(true));
         assert_eq!(eval("input.threshold > 60"), Ok(false));
         assert_eq!(eval(r#"steps.a.status == "skipped""#), Ok(true));
         assert_eq!(eval("steps.weather.status == 'skipped'"), Ok(false));
@@ -417,36 +365,21 @@ mod tests {
     fn a_non_bool_result_is_an_error_naming_the_type() {
         let err = eval("steps.weather.output.precip_prob").expect_err("double");
         let expr = "steps.weather.output.precip_prob".to_owned();
-        assert_eq!(
-            err,
-            ConditionError::NotBool {
-                expr,
-                found: "float".to_owned()
-            }
-        );
+        assert_eq!(err, ConditionError::NotBool { expr, found: "float".to_owned() });
     }
 
     #[test]
     fn a_missing_key_is_an_evaluation_error_quoting_the_expression() {
         let err = eval("steps.weather.output.wind > 3").expect_err("missing key");
         assert!(matches!(err, ConditionError::Evaluation { .. }), "{err:?}");
-        assert!(
-            err.to_string().contains("steps.weather.output.wind > 3")
-                && err.to_string().contains("wind")
-        );
-        assert!(matches!(
-            eval("steps.nope.status == 'x'"),
-            Err(ConditionError::Evaluation { .. })
-        ));
+        assert!(err.to_string().contains("steps.weather.output.wind > 3") && err.to_string().contains("wind"));
+        assert!(matches!(eval("steps.nope.status == 'x'"), Err(ConditionError::Evaluation { .. })));
     }
 
     #[test]
     fn placeholders_are_rewritten_to_cel() {
         let cases = [
-            (
-                "$weather.output.precip_prob >= 0.5",
-                "steps.weather.output.precip_prob >= 0.5",
-            ),
+            ("$weather.output.precip_prob >= 0.5", "steps.weather.output.precip_prob >= 0.5"),
             ("$w.x", "steps.w.output.x"),
             ("$w.outputs", "steps.w.output.outputs"),
             ("$w", "steps.w.output"),
@@ -459,10 +392,7 @@ mod tests {
         for (input, expected) in cases {
             assert_eq!(rewrite_placeholders(input), expected, "{input}");
         }
-        assert_eq!(
-            eval("$weather.output.precip_prob >= 0.5 && $rainy.matched"),
-            Ok(true)
-        );
+        assert_eq!(eval("$weather.output.precip_prob >= 0.5 && $rainy.matched"), Ok(true));
         assert_eq!(eval("$input.city == $weather.city"), Ok(true));
         assert_eq!(eval("$fetch-data.n == 3"), Ok(true));
     }
@@ -479,9 +409,6 @@ mod tests {
             assert_eq!(rewrite_placeholders(text), text);
         }
         assert_eq!(rewrite_placeholders(r"r'\' + $w"), r"r'\' + steps.w.output");
-        assert_eq!(
-            eval(r#"$input.city + "$weather.city" == "Wuhan$weather.city""#),
-            Ok(true)
-        );
+        assert_eq!(eval(r#"$input.city + "$weather.city" == "Wuhan$weather.city""#), Ok(true));
     }
 }

@@ -75,10 +75,7 @@ pub enum Code {
 impl Code {
     /// The stable snake_case name, e.g. `duplicate_step_id`.
     pub fn as_str(self) -> &'static str {
-        CODE_NAMES
-            .iter()
-            .find(|(code, _)| *code == self)
-            .map_or("unknown", |(_, name)| *name)
+        CODE_NAMES.iter().find(|(code, _)| *code == self).map_or("unknown", |(_, name)| *name)
     }
 }
 
@@ -148,10 +145,7 @@ impl Diagnostic {
 
     /// A new warning diagnostic without step or hint.
     pub fn warning(code: Code, pointer: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            severity: Severity::Warning,
-            ..Self::error(code, pointer, message)
-        }
+        Self { severity: Severity::Warning, ..Self::error(code, pointer, message) }
     }
 
     /// Sets the step id.
@@ -173,10 +167,7 @@ impl Diagnostic {
 }
 
 /// The closest candidate to `wanted` by Jaro–Winkler similarity, when it is close enough to suggest.
-pub fn did_you_mean<'a>(
-    wanted: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub fn did_you_mean<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     candidates
         .into_iter()
         .map(|c| (strsim::jaro_winkler(wanted, c), c))
@@ -192,21 +183,14 @@ mod tests {
     #[test]
     fn every_code_has_its_serialized_name_in_the_table() {
         for (code, name) in CODE_NAMES {
-            assert_eq!(
-                serde_json::to_value(code).ok(),
-                Some(serde_json::json!(name)),
-                "{code:?}"
-            );
+            assert_eq!(serde_json::to_value(code).ok(), Some(serde_json::json!(name)), "{code:?}");
             assert_eq!(code.as_str(), name);
         }
     }
 
     #[test]
     fn did_you_mean_suggests_close_ids_only() {
-        assert_eq!(
-            did_you_mean("wether", ["weather", "notify"]),
-            Some("weather")
-        );
+        assert_eq!(did_you_mean("wether", ["weather", "notify"]), Some("weather"));
         assert_eq!(did_you_mean("zzz", ["weather", "notify"]), None);
     }
 }

@@ -79,9 +79,7 @@ pub fn parse(text: &str, format: Format) -> Result<Value, ParseFailure> {
 
 fn parse_json(text: &str) -> Result<Value, ParseFailure> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let value = Strict { path: Vec::new() }
-        .deserialize(&mut de)
-        .map_err(|e| json_failure(&e))?;
+    let value = Strict { path: Vec::new() }.deserialize(&mut de).map_err(|e| json_failure(&e))?;
     de.end().map_err(|e| json_failure(&e))?;
     Ok(value)
 }
@@ -89,19 +87,13 @@ fn parse_json(text: &str) -> Result<Value, ParseFailure> {
 fn parse_yaml(text: &str) -> Result<Value, ParseFailure> {
     let de = serde_norway::Deserializer::from_str(text);
     Strict { path: Vec::new() }.deserialize(de).map_err(|e| {
-        let (line, column) = e
-            .location()
-            .map_or((None, None), |l| (Some(l.line()), Some(l.column())));
+        let (line, column) = e.location().map_or((None, None), |l| (Some(l.line()), Some(l.column())));
         failure(&e.to_string(), line, column)
     })
 }
 
 fn json_failure(e: &serde_json::Error) -> ParseFailure {
-    let (line, column) = if e.line() == 0 {
-        (None, None)
-    } else {
-        (Some(e.line()), Some(e.column()))
-    };
+    let (line, column) = if e.line() == 0 { (None, None) } else { (Some(e.line()), Some(e.column())) };
     failure(&e.to_string(), line, column)
 }
 
@@ -112,14 +104,9 @@ const POINTER_MARK: &str = " in object at ";
 fn failure(message: &str, line: Option<usize>, column: Option<usize>) -> ParseFailure {
     let (code, pointer) = match message.strip_prefix(DUPLICATE_MARK) {
         Some(rest) => {
-            let at = rest
-                .find(POINTER_MARK)
-                .map_or("", |i| &rest[i + POINTER_MARK.len()..]);
+            let at = rest.find(POINTER_MARK).map_or("", |i| &rest[i + POINTER_MARK.len()..]);
             // Keys are free text and may contain backticks, so the pointer is taken up to the last "`: ".
-            let at = at
-                .strip_prefix('`')
-                .and_then(|r| r.rfind("`: ").map(|end| &r[..end]))
-                .unwrap_or("");
+            let at = at.strip_prefix('`').and_then(|r| r.rfind("`: ").map(|end| &r[..end])).unwrap_or("");
             (Code::DuplicateKey, at.to_string())
         }
         None => (Code::ParseError, String::new()),
@@ -128,13 +115,7 @@ fn failure(message: &str, line: Option<usize>, column: Option<usize>) -> ParseFa
         (Some(l), false) => format!("{message} (line {l}, column {})", column.unwrap_or(0)),
         _ => message.to_string(),
     };
-    ParseFailure {
-        code,
-        message,
-        line,
-        column,
-        pointer,
-    }
+    ParseFailure { code, message, line, column, pointer }
 }
 
 /// A `Value` visitor that refuses duplicate keys and non-finite numbers, tracking the pointer for messages.
@@ -235,22 +216,15 @@ mod tests {
 
     #[test]
     fn duplicate_yaml_key_is_refused() {
-        let err = parse(
-            "steps:\n  - id: a\n    id: b\n    action: noop\n",
-            Format::Yaml,
-        )
-        .expect_err("a repeated key must not be merged");
-        assert!(
-            matches!(err.code, Code::DuplicateKey | Code::ParseError),
-            "{err:?}"
-        );
+        let err = parse("steps:\n  - id: a\n    id: b\n    action: noop\n", Format::Yaml)
+            .expect_err("a repeated key must not be merged");
+        assert!(matches!(err.code, Code::DuplicateKey | Code::ParseError), "{err:?}");
         assert!(err.message.contains("id"), "{}", err.message);
     }
 
     #[test]
     fn malformed_json_reports_line_and_column() {
-        let err =
-            parse("{\n  \"steps\": [\n    {\"id\": }\n]}", Format::Json).expect_err("malformed");
+        let err = parse("{\n  \"steps\": [\n    {\"id\": }\n]}", Format::Json).expect_err("malformed");
         assert_eq!(err.code, Code::ParseError);
         assert_eq!(err.line, Some(3));
         assert!(err.column.is_some());
@@ -281,11 +255,7 @@ mod tests {
 
     #[test]
     fn unicode_survives_unchanged() {
-        let v = parse(
-            r#"{"t":"明天有雨 🌧️，记得带伞","nfd":"e\u0301"}"#,
-            Format::Json,
-        )
-        .expect("valid");
+        let v = parse(r#"{"t":"明天有雨 🌧️，记得带伞","nfd":"e\u0301"}"#, Format::Json).expect("valid");
         assert_eq!(v["t"], "明天有雨 🌧️，记得带伞");
         assert_eq!(v["nfd"], "e\u{301}");
     }

@@ -131,9 +131,7 @@ impl Failure {
     pub fn suggestion(&self) -> Suggestion {
         match self.code.as_str() {
             codes::INVALID_ARGS | codes::PLACEHOLDER_UNRESOLVED => Suggestion::RepairArgs,
-            codes::CONDITION_ERROR | codes::INTEGRITY_ERROR | codes::OUTPUT_TOO_LARGE => {
-                Suggestion::Replan
-            }
+            codes::CONDITION_ERROR | codes::INTEGRITY_ERROR | codes::OUTPUT_TOO_LARGE => Suggestion::Replan,
             codes::UNAUTHORIZED | codes::OUTCOME_UNKNOWN | codes::NOT_FOUND => Suggestion::AskUser,
             codes::CANCELLED => Suggestion::Skip,
             _ if self.retryable => Suggestion::Retry,

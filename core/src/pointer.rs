@@ -35,9 +35,6 @@ mod tests {
 
     #[test]
     fn tokens_are_escaped_per_rfc_6901() {
-        assert_eq!(
-            join("/steps/0/args", &["a/b", "m~n"]),
-            "/steps/0/args/a~1b/m~0n"
-        );
+        assert_eq!(join("/steps/0/args", &["a/b", "m~n"]), "/steps/0/args/a~1b/m~0n");
     }
 }

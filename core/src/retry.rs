@@ -158,11 +158,7 @@ pub fn next_delay<R: Rng + ?Sized>(policy: &RetryPolicy, attempt: u32, rng: &mut
 /// so the result stays inside the range. Useful for deterministic tests and replay.
 pub fn delay_from_sample(policy: &RetryPolicy, attempt: u32, sample: f64) -> Duration {
     let (low, high) = range_ms(policy, attempt);
-    let sample = if sample.is_nan() {
-        0.0
-    } else {
-        sample.clamp(0.0, 1.0)
-    };
+    let sample = if sample.is_nan() { 0.0 } else { sample.clamp(0.0, 1.0) };
     let span = high - low;
     // `span + 1` buckets so `high` is reachable; the product is at most 2^64, which `as` saturates.
     let offset = ((span as f64 + 1.0) * sample) as u64;
@@ -172,18 +168,8 @@ pub fn delay_from_sample(policy: &RetryPolicy, attempt: u32, sample: f64) -> Dur
 /// Whether a failed attempt gets another one: `retryable` (the worker said so), `attempt < max_attempts`
 /// (attempt is 1-based and counts the one that just failed), and `failure_code` is not listed in
 /// `non_retryable_errors` (exact, case-sensitive match).
-pub fn should_retry(
-    policy: &RetryPolicy,
-    attempt: u32,
-    failure_code: &str,
-    retryable: bool,
-) -> bool {
-    retryable
-        && attempt < policy.max_attempts
-        && !policy
-            .non_retryable_errors
-            .iter()
-            .any(|code| code == failure_code)
+pub fn should_retry(policy: &RetryPolicy, attempt: u32, failure_code: &str, retryable: bool) -> bool {
+    retryable && attempt < policy.max_attempts && !policy.non_retryable_errors.iter().any(|code| code == failure_code)
 }
 
 /// One reason a [`RetryPolicy`] is rejected by [`validate_policy`].
@@ -209,19 +195,12 @@ impl fmt::Display for PolicyProblem {
 /// (NaN, infinities and negatives rejected). Negative intervals cannot reach here: they fail deserialisation.
 pub fn validate_policy(policy: &RetryPolicy) -> Vec<PolicyProblem> {
     let mut problems = Vec::new();
-    let mut push =
-        |field: &'static str, message: String| problems.push(PolicyProblem { field, message });
+    let mut push = |field: &'static str, message: String| problems.push(PolicyProblem { field, message });
     if policy.max_attempts == 0 {
-        push(
-            "max_attempts",
-            "must be at least 1 (1 means no retry)".to_owned(),
-        );
+        push("max_attempts", "must be at least 1 (1 means no retry)".to_owned());
     } else if policy.max_attempts > MAX_ATTEMPTS_LIMIT {
         let n = policy.max_attempts;
-        push(
-            "max_attempts",
-            format!("{n} is above the limit of {MAX_ATTEMPTS_LIMIT}"),
-        );
+        push("max_attempts", format!("{n} is above the limit of {MAX_ATTEMPTS_LIMIT}"));
     }
     if policy.initial_interval_ms == 0 {
         push("initial_interval_ms", "must be greater than 0".to_owned());
@@ -230,29 +209,17 @@ pub fn validate_policy(policy: &RetryPolicy) -> Vec<PolicyProblem> {
         push("max_interval_ms", "must be greater than 0".to_owned());
     } else if policy.max_interval_ms > MAX_INTERVAL_LIMIT_MS {
         let ms = policy.max_interval_ms;
-        push(
-            "max_interval_ms",
-            format!("{ms} ms is above the limit of {MAX_INTERVAL_LIMIT_MS} ms (365 days)"),
-        );
+        push("max_interval_ms", format!("{ms} ms is above the limit of {MAX_INTERVAL_LIMIT_MS} ms (365 days)"));
     }
     if policy.max_interval_ms < policy.initial_interval_ms {
         let (max, initial) = (policy.max_interval_ms, policy.initial_interval_ms);
-        push(
-            "max_interval_ms",
-            format!("{max} ms is below initial_interval_ms ({initial} ms)"),
-        );
+        push("max_interval_ms", format!("{max} ms is below initial_interval_ms ({initial} ms)"));
     }
     let c = policy.backoff_coefficient;
     if !c.is_finite() {
-        push(
-            "backoff_coefficient",
-            format!("must be a finite number ≥ 1, got {c}"),
-        );
+        push("backoff_coefficient", format!("must be a finite number ≥ 1, got {c}"));
     } else if c < 1.0 {
-        push(
-            "backoff_coefficient",
-            format!("must be ≥ 1 (1 means a constant delay), got {c}"),
-        );
+        push("backoff_coefficient", format!("must be ≥ 1 (1 means a constant delay), got {c}"));
     }
     problems
 }
@@ -283,18 +250,12 @@ mod tests {
     #[test]
     fn c10_delays_stay_under_the_cap_for_huge_attempt_numbers() {
         let mut rng = SmallRng::seed_from_u64(7);
-        let cases = [
-            (policy(1, 10.0, 50, Jitter::Full), 50),
-            (policy(1, 2.0, 20, Jitter::None), 20),
-        ];
+        let cases = [(policy(1, 10.0, 50, Jitter::Full), 50), (policy(1, 2.0, 20, Jitter::None), 20)];
         for (p, cap) in cases {
             let mut previous = Duration::ZERO;
             for attempt in C10_ATTEMPTS {
                 let base = base_delay(&p, attempt);
-                assert!(
-                    base <= ms(cap) && base >= previous,
-                    "attempt {attempt}: {base:?}"
-                );
+                assert!(base <= ms(cap) && base >= previous, "attempt {attempt}: {base:?}");
                 previous = base;
                 for _ in 0..100 {
                     assert!(next_delay(&p, attempt, &mut rng) <= ms(cap));
@@ -312,23 +273,9 @@ mod tests {
             assert_eq!(base_delay(&tenfold, attempt), ms(50), "attempt {attempt}");
         }
         let doubling = policy(1, 2.0, 20, Jitter::None);
-        let expected = [
-            (1, 1),
-            (2, 2),
-            (3, 4),
-            (5, 16),
-            (6, 20),
-            (63, 20),
-            (64, 20),
-            (65, 20),
-            (1100, 20),
-        ];
+        let expected = [(1, 1), (2, 2), (3, 4), (5, 16), (6, 20), (63, 20), (64, 20), (65, 20), (1100, 20)];
         for (attempt, delay) in expected {
-            assert_eq!(
-                base_delay(&doubling, attempt),
-                ms(delay),
-                "attempt {attempt}"
-            );
+            assert_eq!(base_delay(&doubling, attempt), ms(delay), "attempt {attempt}");
         }
         let mut rng = SmallRng::seed_from_u64(1);
         assert_eq!(next_delay(&doubling, u32::MAX, &mut rng), ms(20));
@@ -336,32 +283,14 @@ mod tests {
 
     #[test]
     fn c10_variant_c_policies_are_rejected_by_validation() {
-        let fields = |p: &RetryPolicy| {
-            validate_policy(p)
-                .iter()
-                .map(|e| e.field)
-                .collect::<Vec<_>>()
-        };
+        let fields = |p: &RetryPolicy| validate_policy(p).iter().map(|e| e.field).collect::<Vec<_>>();
         for c in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, 0.5] {
-            assert_eq!(
-                fields(&policy(1, c, 50, Jitter::Full)),
-                ["backoff_coefficient"],
-                "coefficient {c}"
-            );
+            assert_eq!(fields(&policy(1, c, 50, Jitter::Full)), ["backoff_coefficient"], "coefficient {c}");
         }
-        let zero_attempts = RetryPolicy {
-            max_attempts: 0,
-            ..RetryPolicy::default()
-        };
+        let zero_attempts = RetryPolicy { max_attempts: 0, ..RetryPolicy::default() };
         assert_eq!(fields(&zero_attempts), ["max_attempts"]);
-        assert_eq!(
-            fields(&policy(100, 2.0, 50, Jitter::Full)),
-            ["max_interval_ms"]
-        );
-        assert_eq!(
-            fields(&policy(0, 2.0, 50, Jitter::Full)),
-            ["initial_interval_ms"]
-        );
+        assert_eq!(fields(&policy(100, 2.0, 50, Jitter::Full)), ["max_interval_ms"]);
+        assert_eq!(fields(&policy(0, 2.0, 50, Jitter::Full)), ["initial_interval_ms"]);
         assert!(fields(&policy(0, 2.0, 0, Jitter::Full)).contains(&"max_interval_ms"));
         assert!(validate_policy(&RetryPolicy::default()).is_empty());
         assert!(validate_policy(&policy(1, 1.0, 1, Jitter::Equal)).is_empty());
@@ -369,41 +298,23 @@ mod tests {
 
     #[test]
     fn validation_bounds_attempts_and_intervals_with_documented_limits() {
-        let mut p = RetryPolicy {
-            max_attempts: MAX_ATTEMPTS_LIMIT,
-            ..RetryPolicy::default()
-        };
+        let mut p = RetryPolicy { max_attempts: MAX_ATTEMPTS_LIMIT, ..RetryPolicy::default() };
         assert!(validate_policy(&p).is_empty());
         p.max_attempts += 1;
         assert_eq!(validate_policy(&p)[0].field, "max_attempts");
         let long = policy(1, 2.0, MAX_INTERVAL_LIMIT_MS + 1, Jitter::None);
-        assert_eq!(
-            validate_policy(&long)[0].to_string().split(':').next(),
-            Some("max_interval_ms")
-        );
+        assert_eq!(validate_policy(&long)[0].to_string().split(':').next(), Some("max_interval_ms"));
     }
 
     #[test]
     fn invalid_policies_still_give_bounded_delays_without_panicking() {
-        for c in [
-            f64::NAN,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            -1.0,
-            0.0,
-            0.5,
-            f64::MAX,
-            f64::MIN_POSITIVE,
-        ] {
+        for c in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, 0.0, 0.5, f64::MAX, f64::MIN_POSITIVE] {
             for (initial, max) in [(0, 0), (100, 50), (u64::MAX, u64::MAX), (1, u64::MAX)] {
                 let p = policy(initial, c, max, Jitter::Full);
                 let mut previous = Duration::ZERO;
                 for attempt in [0, 1, 2, 64, 1100, u32::MAX] {
                     let base = base_delay(&p, attempt);
-                    assert!(
-                        base <= ms(max) && base >= previous,
-                        "{c} {initial} {max} {attempt}"
-                    );
+                    assert!(base <= ms(max) && base >= previous, "{c} {initial} {max} {attempt}");
                     previous = base;
                     assert!(delay_from_sample(&p, attempt, 0.999_999) <= base);
                 }
@@ -432,10 +343,7 @@ mod tests {
 
     #[test]
     fn should_retry_needs_a_retryable_failure_attempts_left_and_a_retryable_code() {
-        let p = RetryPolicy {
-            max_attempts: 3,
-            ..policy(1, 2.0, 10, Jitter::None)
-        };
+        let p = RetryPolicy { max_attempts: 3, ..policy(1, 2.0, 10, Jitter::None) };
         assert!(should_retry(&p, 1, "timeout", true));
         assert!(should_retry(&p, 2, "timeout", true));
         assert!(!should_retry(&p, 3, "timeout", true));

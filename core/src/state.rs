@@ -61,13 +61,7 @@ impl StepStatus {
     /// Final statuses never change again (except by an explicit operator action on a failed step).
     /// `outcome_unknown` is not final: it waits for an operator.
     pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            StepStatus::Succeeded
-                | StepStatus::Failed
-                | StepStatus::Skipped
-                | StepStatus::Cancelled
-        )
+        matches!(self, StepStatus::Succeeded | StepStatus::Failed | StepStatus::Skipped | StepStatus::Cancelled)
     }
 }
 
@@ -101,10 +95,7 @@ impl RunStatus {
 
     /// Whether the run has finished.
     pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
-        )
+        matches!(self, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled)
     }
 }
 
@@ -116,26 +107,17 @@ pub struct UnknownStatus(pub String);
 impl FromStr for StepStatus {
     type Err = UnknownStatus;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        StepStatus::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| UnknownStatus(s.into()))
+        StepStatus::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| UnknownStatus(s.into()))
     }
 }
 
 impl FromStr for RunStatus {
     type Err = UnknownStatus;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            RunStatus::Pending,
-            RunStatus::Running,
-            RunStatus::Succeeded,
-            RunStatus::Failed,
-            RunStatus::Cancelled,
-        ]
-        .into_iter()
-        .find(|st| st.as_str() == s)
-        .ok_or_else(|| UnknownStatus(s.into()))
+        [RunStatus::Pending, RunStatus::Running, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Cancelled]
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.into()))
     }
 }
 
@@ -159,10 +141,7 @@ mod tests {
     fn step_status_names_round_trip() {
         for status in StepStatus::ALL {
             assert_eq!(status.as_str().parse::<StepStatus>(), Ok(status));
-            assert_eq!(
-                serde_json::to_value(status).ok(),
-                Some(serde_json::json!(status.as_str()))
-            );
+            assert_eq!(serde_json::to_value(status).ok(), Some(serde_json::json!(status.as_str())));
         }
     }
 }

@@ -80,9 +80,7 @@ pub enum TimeSpecError {
         reason: String,
     },
     /// The zone name is not in the IANA time zone database.
-    #[error(
-        "unknown time zone `{name}`: use an IANA name such as `America/New_York` or `Asia/Shanghai`"
-    )]
+    #[error("unknown time zone `{name}`: use an IANA name such as `America/New_York` or `Asia/Shanghai`")]
     UnknownZone {
         /// The name as given.
         name: String,
@@ -101,9 +99,7 @@ pub enum TimeSpecError {
 /// # Errors
 /// [`TimeSpecError::UnknownZone`] naming the zone when the database does not have it.
 pub fn zone(name: &str) -> Result<TimeZone, TimeSpecError> {
-    TimeZone::get(name).map_err(|_| TimeSpecError::UnknownZone {
-        name: name.to_owned(),
-    })
+    TimeZone::get(name).map_err(|_| TimeSpecError::UnknownZone { name: name.to_owned() })
 }
 
 /// Parses a `not_before` spec in one of the forms listed in the [module docs](self). Surrounding whitespace is
@@ -134,18 +130,11 @@ pub fn parse(spec: &str) -> Result<TimeSpec, TimeSpecError> {
     } else if first.eq_ignore_ascii_case("tomorrow") {
         (LocalDay::Tomorrow, next, after)
     } else if let Some((date, time)) = first.split_once(['T', 't']) {
-        (
-            LocalDay::Date(parse_date(spec, date)?),
-            Some(time),
-            tokens.get(1..),
-        )
+        (LocalDay::Date(parse_date(spec, date)?), Some(time), tokens.get(1..))
     } else {
         (LocalDay::Date(parse_date(spec, first)?), next, after)
     };
-    let time = parse_time(
-        spec,
-        time.ok_or_else(|| fail("a local time needs `HH:MM` after the day"))?,
-    )?;
+    let time = parse_time(spec, time.ok_or_else(|| fail("a local time needs `HH:MM` after the day"))?)?;
     let zone = match rest.unwrap_or_default() {
         [] => None,
         [name] if is_zone_shaped(name) => Some((*name).to_owned()),
@@ -162,27 +151,16 @@ pub fn parse(spec: &str) -> Result<TimeSpec, TimeSpecError> {
 /// # Errors
 /// [`TimeSpecError::UnknownZone`] for an explicit zone not in the database, [`TimeSpecError::OutOfRange`] when
 /// the instant falls outside the supported range. Never panics.
-pub fn resolve(
-    spec: &TimeSpec,
-    now: Timestamp,
-    plan_zone: &TimeZone,
-) -> Result<Resolved, TimeSpecError> {
+pub fn resolve(spec: &TimeSpec, now: Timestamp, plan_zone: &TimeZone) -> Result<Resolved, TimeSpecError> {
     match spec {
-        TimeSpec::Instant(at) => Ok(Resolved {
-            at: *at,
-            local: None,
-        }),
+        TimeSpec::Instant(at) => Ok(Resolved { at: *at, local: None }),
         TimeSpec::Relative(duration) => {
             let at = now
                 .checked_add(*duration)
                 .map_err(|_| out_of_range(format!("{now} plus {} seconds", duration.as_secs())))?;
             Ok(Resolved { at, local: None })
         }
-        TimeSpec::Local {
-            day,
-            time,
-            zone: name,
-        } => {
+        TimeSpec::Local { day, time, zone: name } => {
             let tz = match name {
                 Some(name) => zone(name)?,
                 None => plan_zone.clone(),
@@ -190,9 +168,7 @@ pub fn resolve(
             let today = tz.to_datetime(now).date();
             let date = match day {
                 LocalDay::Today => today,
-                LocalDay::Tomorrow => today
-                    .tomorrow()
-                    .map_err(|_| out_of_range(format!("the day after {today}")))?,
+                LocalDay::Tomorrow => today.tomorrow().map_err(|_| out_of_range(format!("the day after {today}")))?,
                 LocalDay::Date(date) => *date,
             };
             let at = local_to_instant(&tz, date.to_datetime(*time))?;
@@ -201,10 +177,7 @@ pub fn resolve(
                 (None, Some(name)) => name.clone(),
                 (None, None) => tz.to_offset(at).to_string(),
             };
-            Ok(Resolved {
-                at,
-                local: Some(format!("{date}T{} {zone_name}", format_time(*time))),
-            })
+            Ok(Resolved { at, local: Some(format!("{date}T{} {zone_name}", format_time(*time))) })
         }
     }
 }
@@ -231,25 +204,18 @@ pub(crate) fn local_to_instant(tz: &TimeZone, dt: DateTime) -> Result<Timestamp,
 fn parse_duration(spec: &str, text: &str) -> Result<SignedDuration, TimeSpecError> {
     let mut rest = text.trim_start();
     if rest.is_empty() {
-        return Err(unparseable(
-            spec,
-            "a duration needs at least one `<number><unit>` such as `90m`",
-        ));
+        return Err(unparseable(spec, "a duration needs at least one `<number><unit>` such as `90m`"));
     }
     let mut total: i64 = 0;
     while !rest.is_empty() {
-        let digits_end = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let digits_end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         if digits_end == 0 {
             return Err(unparseable(spec, &format!("expected a number at `{rest}`")));
         }
         let overflow = || out_of_range(format!("the duration in `{spec}` is too long"));
         let amount: i64 = rest[..digits_end].parse().map_err(|_| overflow())?;
         rest = rest[digits_end..].trim_start();
-        let unit_end = rest
-            .find(|c: char| !c.is_ascii_alphabetic())
-            .unwrap_or(rest.len());
+        let unit_end = rest.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(rest.len());
         let unit = &rest[..unit_end];
         let seconds_per_unit = match unit.to_ascii_lowercase().as_str() {
             "s" | "sec" | "secs" | "second" | "seconds" => 1,
@@ -258,10 +224,7 @@ fn parse_duration(spec: &str, text: &str) -> Result<SignedDuration, TimeSpecErro
             "d" | "day" | "days" => 86_400,
             "" => return Err(unparseable(spec, "a number needs a unit (s, m, h or d)")),
             other => {
-                return Err(unparseable(
-                    spec,
-                    &format!("unknown unit `{other}` (use s, m, h or d)"),
-                ));
+                return Err(unparseable(spec, &format!("unknown unit `{other}` (use s, m, h or d)")));
             }
         };
         let seconds = amount.checked_mul(seconds_per_unit).ok_or_else(overflow)?;
@@ -283,25 +246,17 @@ fn parse_time(spec: &str, text: &str) -> Result<Time, TimeSpecError> {
     let [h, m, s] = numbers(text, ':', [1..=2, 2..=2, 2..=2])
         .or_else(|| numbers(text, ':', [1..=2, 2..=2]).map(|[h, m]| [h, m, 0]))
         .ok_or_else(|| unparseable(spec, &format!("`{text}` is not a time like HH:MM")))?;
-    Time::new(h as i8, m as i8, s as i8, 0)
-        .map_err(|_| out_of_range(format!("there is no time {text}")))
+    Time::new(h as i8, m as i8, s as i8, 0).map_err(|_| out_of_range(format!("there is no time {text}")))
 }
 
 /// `text` split on `sep` into exactly `N` runs of ASCII digits, each as long as its `widths` entry allows
 /// (at most 4 digits, so every run fits an `i16`).
-fn numbers<const N: usize>(
-    text: &str,
-    sep: char,
-    widths: [RangeInclusive<usize>; N],
-) -> Option<[i16; N]> {
+fn numbers<const N: usize>(text: &str, sep: char, widths: [RangeInclusive<usize>; N]) -> Option<[i16; N]> {
     let mut out = [0; N];
     let mut parts = text.split(sep);
     for (slot, width) in out.iter_mut().zip(widths) {
         let part = parts.next()?;
-        if !width.contains(&part.len())
-            || part.len() > 4
-            || !part.bytes().all(|b| b.is_ascii_digit())
-        {
+        if !width.contains(&part.len()) || part.len() > 4 || !part.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
         *slot = part.parse().ok()?;
@@ -312,9 +267,7 @@ fn numbers<const N: usize>(
 /// Whether `name` could be an IANA zone name (`Area/Location`, `UTC`, `Etc/GMT+5`); the database decides.
 fn is_zone_shaped(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '-' | '+'))
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '-' | '+'))
 }
 
 fn format_time(time: Time) -> String {
@@ -329,10 +282,7 @@ fn unparseable(spec: &str, reason: &str) -> TimeSpecError {
         Some((cut, _)) => format!("{}…", &spec[..cut]),
         None => spec.to_owned(),
     };
-    TimeSpecError::Unparseable {
-        spec,
-        reason: reason.to_owned(),
-    }
+    TimeSpecError::Unparseable { spec, reason: reason.to_owned() }
 }
 
 fn out_of_range(detail: String) -> TimeSpecError {
@@ -409,18 +359,13 @@ mod tests {
              in 1d                          | 2027-01-01T00:00Z | UTC | 2027-01-02T00:00:00Z
              in 45s                         | 2027-01-01T00:00Z | UTC | 2027-01-01T00:00:45Z",
         );
-        assert_eq!(
-            parse(" in 90m "),
-            Ok(TimeSpec::Relative(SignedDuration::from_mins(90)))
-        );
+        assert_eq!(parse(" in 90m "), Ok(TimeSpec::Relative(SignedDuration::from_mins(90))));
     }
 
     #[test]
     fn unknown_zones_are_errors_that_name_the_zone() {
         let err = resolved("tomorrow 08:00 Mars/Olympus", "2027-01-01T00:00Z", "UTC");
-        let expected = TimeSpecError::UnknownZone {
-            name: "Mars/Olympus".to_owned(),
-        };
+        let expected = TimeSpecError::UnknownZone { name: "Mars/Olympus".to_owned() };
         assert_eq!(err, Err(expected.clone()));
         assert_eq!(zone("Mars/Olympus").err(), Some(expected));
         assert!(zone("Mars/Olympus").is_err_and(|e| e.to_string().contains("Mars/Olympus")));
@@ -432,30 +377,20 @@ mod tests {
                        |tomorrow 08:00 UTC extra|tomorrow 08:00 +08:00|2027-03-15T08:00:00.5";
         for spec in garbage.split('|') {
             let err = parse(spec).expect_err(spec);
-            assert!(
-                matches!(err, TimeSpecError::Unparseable { .. }),
-                "{spec}: {err:?}"
-            );
+            assert!(matches!(err, TimeSpecError::Unparseable { .. }), "{spec}: {err:?}");
             assert!(err.to_string().contains("tomorrow 08:00"), "{err}");
         }
     }
 
     #[test]
     fn impossible_dates_and_overflowing_instants_are_out_of_range() {
-        let impossible =
-            "2027-02-30 08:00|today 25:00|today 08:61|in 99999999999999999999h|+9999999999999999d";
+        let impossible = "2027-02-30 08:00|today 25:00|today 08:61|in 99999999999999999999h|+9999999999999999d";
         for spec in impossible.split('|') {
-            assert!(
-                matches!(parse(spec), Err(TimeSpecError::OutOfRange { .. })),
-                "{spec}"
-            );
+            assert!(matches!(parse(spec), Err(TimeSpecError::OutOfRange { .. })), "{spec}");
         }
         for spec in ["in 9000000d", "tomorrow 00:00"] {
             let err = parse(spec).and_then(|p| resolve(&p, Timestamp::MAX, &TimeZone::UTC));
-            assert!(
-                matches!(err, Err(TimeSpecError::OutOfRange { .. })),
-                "{spec}: {err:?}"
-            );
+            assert!(matches!(err, Err(TimeSpecError::OutOfRange { .. })), "{spec}: {err:?}");
         }
     }
 

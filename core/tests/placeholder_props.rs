@@ -2,8 +2,7 @@
 //! parsing it back gives the same template, and no input string makes the parser panic.
 
 use cairn_core::placeholder::{
-    Piece, Reference, Root, Segment, Template, parse_reference, parse_template, references,
-    render_template,
+    Piece, Reference, Root, Segment, Template, parse_reference, parse_template, references, render_template,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -28,8 +27,7 @@ fn segment() -> impl Strategy<Value = Segment> {
 }
 
 fn reference() -> impl Strategy<Value = Reference> {
-    (root(), prop::collection::vec(segment(), 0..5))
-        .prop_map(|(root, path)| Reference { root, path })
+    (root(), prop::collection::vec(segment(), 0..5)).prop_map(|(root, path)| Reference { root, path })
 }
 
 /// Text that is hard to escape: `$`, `{`, `}`, `.`, `[`, identifier chars, spaces and multi-byte Unicode.
@@ -38,10 +36,7 @@ fn text() -> impl Strategy<Value = String> {
 }
 
 fn template() -> impl Strategy<Value = Template> {
-    let piece = prop_oneof![
-        text().prop_map(Piece::Text),
-        reference().prop_map(Piece::Ref)
-    ];
+    let piece = prop_oneof![text().prop_map(Piece::Text), reference().prop_map(Piece::Ref)];
     prop::collection::vec(piece, 0..6).prop_map(Template::from_pieces)
 }
 

@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-use cairn_core::retry::{
-    Jitter, RetryPolicy, base_delay, delay_from_sample, delay_range, next_delay, validate_policy,
-};
+use cairn_core::retry::{Jitter, RetryPolicy, base_delay, delay_from_sample, delay_range, next_delay, validate_policy};
 use proptest::prelude::*;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -14,34 +12,21 @@ fn valid_policy() -> impl Strategy<Value = RetryPolicy> {
     let jitter = prop_oneof![Just(Jitter::Full), Just(Jitter::Equal), Just(Jitter::None)];
     let coefficient = prop_oneof![Just(1.0), 1.0..1.000_001f64, 1.0..4.0f64, 1.0..1e300f64];
     let max_interval = prop_oneof![1..=100u64, 1..=cairn_core::retry::MAX_INTERVAL_LIMIT_MS];
-    (
-        1..=10_000u32,
-        max_interval,
-        any::<u64>(),
-        coefficient,
-        jitter,
+    (1..=10_000u32, max_interval, any::<u64>(), coefficient, jitter).prop_map(
+        |(max_attempts, max_interval_ms, initial, backoff_coefficient, jitter)| RetryPolicy {
+            max_attempts,
+            initial_interval_ms: 1 + initial % max_interval_ms,
+            backoff_coefficient,
+            max_interval_ms,
+            jitter,
+            non_retryable_errors: Vec::new(),
+        },
     )
-        .prop_map(
-            |(max_attempts, max_interval_ms, initial, backoff_coefficient, jitter)| RetryPolicy {
-                max_attempts,
-                initial_interval_ms: 1 + initial % max_interval_ms,
-                backoff_coefficient,
-                max_interval_ms,
-                jitter,
-                non_retryable_errors: Vec::new(),
-            },
-        )
 }
 
 /// Attempt numbers biased towards the edges where naive maths overflows.
 fn attempt() -> impl Strategy<Value = u32> {
-    prop_oneof![
-        1..=200u32,
-        60..=70u32,
-        1_000..=1_100u32,
-        any::<u32>(),
-        Just(u32::MAX)
-    ]
+    prop_oneof![1..=200u32, 60..=70u32, 1_000..=1_100u32, any::<u32>(), Just(u32::MAX)]
 }
 
 proptest! {

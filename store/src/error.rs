@@ -30,10 +30,7 @@ impl StoreError {
     }
 
     pub(crate) fn corrupt(what: &'static str, message: impl std::fmt::Display) -> Self {
-        StoreError::Corrupt {
-            what,
-            message: message.to_string(),
-        }
+        StoreError::Corrupt { what, message: message.to_string() }
     }
 }
 

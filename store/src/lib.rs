@@ -142,9 +142,7 @@ impl Store {
     pub async fn create_run(&self, run: &NewRun) -> StoreResult<CreateOutcome> {
         match self.create_once(run).await {
             // A concurrent submit with the same idempotency key won the unique index: report its run.
-            Err(StoreError::Database(e))
-                if run.idempotency_key.is_some() && is_unique_violation(&e) =>
-            {
+            Err(StoreError::Database(e)) if run.idempotency_key.is_some() && is_unique_violation(&e) => {
                 self.create_once(run).await
             }
             other => other,
@@ -152,12 +150,7 @@ impl Store {
     }
 
     async fn create_once(&self, run: &NewRun) -> StoreResult<CreateOutcome> {
-        in_tx!(self, |tx, events| flow::submit::create(
-            &mut tx,
-            run,
-            &mut events
-        )
-        .await?)
+        in_tx!(self, |tx, events| flow::submit::create(&mut tx, run, &mut events).await?)
     }
 
     /// Leases up to `req.limit` due ready steps of the given actions, with resolved args. Steps whose
@@ -166,13 +159,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable; nothing was leased).
     pub async fn claim(&self, req: &ClaimRequest, lease_ttl_ms: i64) -> StoreResult<Vec<Claimed>> {
-        in_tx!(self, |tx, events| flow::claim::claim(
-            &mut tx,
-            req,
-            lease_ttl_ms,
-            &mut events
-        )
-        .await?)
+        in_tx!(self, |tx, events| flow::claim::claim(&mut tx, req, lease_ttl_ms, &mut events).await?)
     }
 
     /// Accepts a result under `lease`; stale reports change nothing ([`Report::Stale`]).
@@ -186,15 +173,7 @@ impl Store {
         limits: ReportLimits,
         now_ms: i64,
     ) -> StoreResult<Report> {
-        in_tx!(self, |tx, events| flow::finish::complete(
-            &mut tx,
-            lease,
-            output,
-            limits,
-            now_ms,
-            &mut events
-        )
-        .await?)
+        in_tx!(self, |tx, events| flow::finish::complete(&mut tx, lease, output, limits, now_ms, &mut events).await?)
     }
 
     /// Records a failed attempt under `lease` and decides retry, failure or `outcome_unknown`.
@@ -209,15 +188,7 @@ impl Store {
         sample: f64,
         now_ms: i64,
     ) -> StoreResult<Report> {
-        in_tx!(self, |tx, events| flow::finish::fail(
-            &mut tx,
-            lease,
-            failure,
-            sample,
-            now_ms,
-            &mut events
-        )
-        .await?)
+        in_tx!(self, |tx, events| flow::finish::fail(&mut tx, lease, failure, sample, now_ms, &mut events).await?)
     }
 
     /// Extends `lease` (and saves `checkpoint`); [`HeartbeatOutcome::Gone`] tells the worker to stop.
@@ -247,14 +218,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable).
     pub async fn reap(&self, now_ms: i64, limit: i64, sample: f64) -> StoreResult<usize> {
-        in_tx!(self, |tx, events| flow::control::reap(
-            &mut tx,
-            now_ms,
-            limit,
-            sample,
-            &mut events
-        )
-        .await?)
+        in_tx!(self, |tx, events| flow::control::reap(&mut tx, now_ms, limit, sample, &mut events).await?)
     }
 
     /// Cancels a run and all its open steps; false when it does not exist or already finished.
@@ -262,13 +226,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable).
     pub async fn cancel_run(&self, run_id: &str, now_ms: i64) -> StoreResult<bool> {
-        in_tx!(self, |tx, events| flow::control::cancel_run(
-            &mut tx,
-            run_id,
-            now_ms,
-            &mut events
-        )
-        .await?)
+        in_tx!(self, |tx, events| flow::control::cancel_run(&mut tx, run_id, now_ms, &mut events).await?)
     }
 
     /// Applies an operator or approval decision; false when the step is not in the state it applies to.
@@ -283,29 +241,15 @@ impl Store {
         actor: &str,
         now_ms: i64,
     ) -> StoreResult<bool> {
-        in_tx!(self, |tx, events| flow::control::operate(
-            &mut tx,
-            run_id,
-            step_id,
-            action,
-            actor,
-            now_ms,
-            &mut events
-        )
-        .await?)
+        in_tx!(self, |tx, events| flow::control::operate(&mut tx, run_id, step_id, action, actor, now_ms, &mut events)
+            .await?)
     }
 }
 
 impl Store {
     /// Fails a run whose persisted steps are incomplete: open steps are cancelled (so nothing else is
     /// dispatched) and the run is `failed` with an `integrity_error` root cause.
-    async fn fail_run_integrity(
-        &self,
-        run_id: &str,
-        expected: i64,
-        found: i64,
-        now_ms: i64,
-    ) -> StoreResult<()> {
+    async fn fail_run_integrity(&self, run_id: &str, expected: i64, found: i64, now_ms: i64) -> StoreResult<()> {
         let failure = serde_json::json!({
             "step_id": null, "code": cairn_core::failure::codes::INTEGRITY_ERROR,
             "message": format!("the run has {found} step rows but its plan has {expected}: persisted state is corrupt"),
@@ -324,13 +268,7 @@ impl Store {
             }
             tx::StepTx::attempts_cancel(&mut tx, run_id, now_ms).await?;
             if tx::StepTx::run_finish(&mut tx, run_id, "failed", Some(&text), now_ms).await? {
-                events.push(flow::event(
-                    run_id,
-                    None,
-                    "run_failed",
-                    failure.clone(),
-                    now_ms,
-                ));
+                events.push(flow::event(run_id, None, "run_failed", failure.clone(), now_ms));
             }
         })
     }
@@ -343,6 +281,5 @@ fn is_transient_conflict(e: &sqlx::Error) -> bool {
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .is_some_and(|d| d.is_unique_violation())
+    e.as_database_error().is_some_and(|d| d.is_unique_violation())
 }

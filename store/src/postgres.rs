@@ -39,11 +39,7 @@ const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retr
      ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED";
 
 impl DialectTx for Transaction<'_, Postgres> {
-    async fn claim(
-        &mut self,
-        req: &ClaimRequest,
-        lease_ttl_ms: i64,
-    ) -> StoreResult<Vec<ClaimedRow>> {
+    async fn claim(&mut self, req: &ClaimRequest, lease_ttl_ms: i64) -> StoreResult<Vec<ClaimedRow>> {
         Ok(sqlx::query_as::<Postgres, ClaimedRow>(CLAIM)
             .bind(&req.worker_id)
             .bind(req.now_ms)
@@ -71,24 +67,15 @@ impl DialectTx for Transaction<'_, Postgres> {
             .bind(&lease.worker_id)
             .fetch_optional(&mut **self)
             .await?;
-        Ok(expires.map_or(HeartbeatOutcome::Gone, |lease_expires_ms| {
-            HeartbeatOutcome::Extended { lease_expires_ms }
-        }))
+        Ok(expires.map_or(HeartbeatOutcome::Gone, |lease_expires_ms| HeartbeatOutcome::Extended { lease_expires_ms }))
     }
 
     async fn expired(&mut self, now: i64, limit: i64) -> StoreResult<Vec<LeasedRow>> {
-        Ok(sqlx::query_as::<Postgres, LeasedRow>(EXPIRED)
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&mut **self)
-            .await?)
+        Ok(sqlx::query_as::<Postgres, LeasedRow>(EXPIRED).bind(now).bind(limit).fetch_all(&mut **self).await?)
     }
 }
 
 /// Connects to PostgreSQL.
 pub(crate) async fn connect(url: &str) -> StoreResult<PgPool> {
-    Ok(PgPoolOptions::new()
-        .max_connections(16)
-        .connect(url)
-        .await?)
+    Ok(PgPoolOptions::new().max_connections(16).connect(url).await?)
 }

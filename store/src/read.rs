@@ -26,8 +26,7 @@ macro_rules! on_pool {
 }
 
 fn json_opt(what: &'static str, text: Option<String>) -> StoreResult<Option<Value>> {
-    text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::corrupt(what, e)))
-        .transpose()
+    text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::corrupt(what, e))).transpose()
 }
 
 fn run_summary(row: RunRow) -> StoreResult<RunSummary> {
@@ -57,12 +56,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
-    pub async fn runs(
-        &self,
-        status: Option<&str>,
-        limit: i64,
-        offset: i64,
-    ) -> StoreResult<Vec<RunSummary>> {
+    pub async fn runs(&self, status: Option<&str>, limit: i64, offset: i64) -> StoreResult<Vec<RunSummary>> {
         let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, RunRow>(sql::RUNS_LIST)
             .bind(status).bind(limit).bind(offset).fetch_all(pool).await?);
         rows.into_iter().map(run_summary).collect()
@@ -137,8 +131,7 @@ impl Store {
                     id: r.id,
                     step_id: r.step_id,
                     kind: r.kind,
-                    data: serde_json::from_str(&r.data)
-                        .map_err(|e| StoreError::corrupt("run_events.data", e))?,
+                    data: serde_json::from_str(&r.data).map_err(|e| StoreError::corrupt("run_events.data", e))?,
                     at_ms: r.at,
                 })
             })
@@ -150,23 +143,15 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable).
     pub async fn next_due(&self) -> StoreResult<Option<i64>> {
-        Ok(
-            on_pool!(self, Db, pool => sqlx::query_scalar::<Db, Option<i64>>(sql::NEXT_DUE).fetch_one(pool).await?),
-        )
+        Ok(on_pool!(self, Db, pool => sqlx::query_scalar::<Db, Option<i64>>(sql::NEXT_DUE).fetch_one(pool).await?))
     }
 
     /// Registers or refreshes a worker and the actions it serves.
     ///
     /// # Errors
     /// [`StoreError::Database`] (retryable).
-    pub async fn worker_upsert(
-        &self,
-        worker_id: &str,
-        actions: &[String],
-        now_ms: i64,
-    ) -> StoreResult<()> {
-        let actions =
-            serde_json::to_string(actions).map_err(|e| StoreError::corrupt("actions", e))?;
+    pub async fn worker_upsert(&self, worker_id: &str, actions: &[String], now_ms: i64) -> StoreResult<()> {
+        let actions = serde_json::to_string(actions).map_err(|e| StoreError::corrupt("actions", e))?;
         on_pool!(self, Db, pool => {
             sqlx::query::<Db>(sql::WORKER_UPSERT).bind(worker_id).bind(actions).bind(now_ms).execute(pool).await?;
         });
@@ -193,8 +178,7 @@ impl Store {
             for (run_id, step_count, _) in open {
                 let rows: i64 = on_pool!(self, Db, pool => sqlx::query_scalar::<Db, i64>(sql::STEP_ROWS).bind(&run_id).fetch_one(pool).await?);
                 if rows != step_count {
-                    self.fail_run_integrity(&run_id, step_count, rows, now_ms)
-                        .await?;
+                    self.fail_run_integrity(&run_id, step_count, rows, now_ms).await?;
                     broken.push(run_id);
                 }
             }

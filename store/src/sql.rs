@@ -4,8 +4,7 @@
 //! arithmetic) live in `sqlite.rs` and `postgres.rs`.
 
 /// Run by idempotency key. Index: `runs.idempotency_key` UNIQUE.
-pub(crate) const RUN_BY_KEY: &str =
-    "SELECT id, plan_id, input FROM runs WHERE idempotency_key = $1";
+pub(crate) const RUN_BY_KEY: &str = "SELECT id, plan_id, input FROM runs WHERE idempotency_key = $1";
 
 /// Insert a plan unless its content hash is already stored. Index: `plans` PK.
 pub(crate) const PLAN_INSERT: &str =
@@ -96,8 +95,7 @@ pub(crate) const STEP_OPERATOR: &str = "UPDATE steps SET status = $4, \
      finished_at = $6, updated_at = $7 WHERE run_id = $1 AND step_id = $2 AND status = $3";
 
 /// Status and output of the named steps. Index: `steps` PK.
-pub(crate) const STEP_STATE: &str =
-    "SELECT step_id, status, output FROM steps WHERE run_id = $1 AND step_id = $2";
+pub(crate) const STEP_STATE: &str = "SELECT step_id, status, output FROM steps WHERE run_id = $1 AND step_id = $2";
 
 /// One run. Index: `runs` PK.
 pub(crate) const RUN_GET: &str = "SELECT id, plan_id, status, input, step_count, open_steps, failure, created_at, \
@@ -117,7 +115,8 @@ pub(crate) const ATTEMPTS_OF_RUN: &str = "SELECT step_id, attempt, worker_id, st
      FROM attempts WHERE run_id = $1 ORDER BY step_id, attempt";
 
 /// Events of a run after a sequence number. Index: `run_events_run_idx`.
-pub(crate) const EVENTS_OF_RUN: &str = "SELECT id, step_id, kind, data, at FROM run_events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3";
+pub(crate) const EVENTS_OF_RUN: &str =
+    "SELECT id, step_id, kind, data, at FROM run_events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3";
 
 /// Number of step rows of a run (integrity check). Index: `steps` PK prefix.
 pub(crate) const STEP_ROWS: &str = "SELECT COUNT(*) FROM steps WHERE run_id = $1";

@@ -42,13 +42,8 @@ const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retr
      ORDER BY lease_expires_at LIMIT $2";
 
 impl DialectTx for Transaction<'_, Sqlite> {
-    async fn claim(
-        &mut self,
-        req: &ClaimRequest,
-        lease_ttl_ms: i64,
-    ) -> StoreResult<Vec<ClaimedRow>> {
-        let actions =
-            serde_json::to_string(&req.actions).map_err(|e| StoreError::corrupt("actions", e))?;
+    async fn claim(&mut self, req: &ClaimRequest, lease_ttl_ms: i64) -> StoreResult<Vec<ClaimedRow>> {
+        let actions = serde_json::to_string(&req.actions).map_err(|e| StoreError::corrupt("actions", e))?;
         Ok(sqlx::query_as::<Sqlite, ClaimedRow>(CLAIM)
             .bind(&req.worker_id)
             .bind(req.now_ms)
@@ -76,17 +71,11 @@ impl DialectTx for Transaction<'_, Sqlite> {
             .bind(&lease.worker_id)
             .fetch_optional(&mut **self)
             .await?;
-        Ok(expires.map_or(HeartbeatOutcome::Gone, |lease_expires_ms| {
-            HeartbeatOutcome::Extended { lease_expires_ms }
-        }))
+        Ok(expires.map_or(HeartbeatOutcome::Gone, |lease_expires_ms| HeartbeatOutcome::Extended { lease_expires_ms }))
     }
 
     async fn expired(&mut self, now: i64, limit: i64) -> StoreResult<Vec<LeasedRow>> {
-        Ok(sqlx::query_as::<Sqlite, LeasedRow>(EXPIRED)
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&mut **self)
-            .await?)
+        Ok(sqlx::query_as::<Sqlite, LeasedRow>(EXPIRED).bind(now).bind(limit).fetch_all(&mut **self).await?)
     }
 }
 
@@ -98,10 +87,7 @@ pub(crate) async fn connect(url: &str) -> StoreResult<SqlitePool> {
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(10))
         .foreign_keys(true);
-    Ok(SqlitePoolOptions::new()
-        .max_connections(4)
-        .connect_with(options)
-        .await?)
+    Ok(SqlitePoolOptions::new().max_connections(4).connect_with(options).await?)
 }
 
 /// Begins a write transaction that takes the write lock up front.

@@ -9,22 +9,12 @@ use std::future::Future;
 
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{
-    AttemptClose, ChildRow, ClaimedRow, EventInsert, LeasedRow, StateRow, StepInsert,
-};
+use crate::rows::{AttemptClose, ChildRow, ClaimedRow, EventInsert, LeasedRow, StateRow, StepInsert};
 
 /// Statements shared by both dialects. Every method runs inside the caller's transaction.
 pub(crate) trait StepTx: Send {
-    fn run_by_key(
-        &mut self,
-        key: &str,
-    ) -> impl Future<Output = StoreResult<Option<(String, String, String)>>> + Send;
-    fn plan_insert(
-        &mut self,
-        id: &str,
-        body: &str,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn run_by_key(&mut self, key: &str) -> impl Future<Output = StoreResult<Option<(String, String, String)>>> + Send;
+    fn plan_insert(&mut self, id: &str, body: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     #[allow(clippy::too_many_arguments)]
     fn run_insert(
         &mut self,
@@ -47,25 +37,11 @@ pub(crate) trait StepTx: Send {
         run_id: &str,
         edges: &[(String, String)],
     ) -> impl Future<Output = StoreResult<()>> + Send;
-    fn events_insert(
-        &mut self,
-        events: &[EventInsert],
-    ) -> impl Future<Output = StoreResult<()>> + Send;
-    fn attempt_insert(
-        &mut self,
-        lease: &Lease,
-        action: &str,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
-    fn run_mark_running(
-        &mut self,
-        run_id: &str,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
-    fn step_leased(
-        &mut self,
-        lease: &Lease,
-    ) -> impl Future<Output = StoreResult<Option<LeasedRow>>> + Send;
+    fn events_insert(&mut self, events: &[EventInsert]) -> impl Future<Output = StoreResult<()>> + Send;
+    fn attempt_insert(&mut self, lease: &Lease, action: &str, now: i64)
+    -> impl Future<Output = StoreResult<()>> + Send;
+    fn run_mark_running(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
+    fn step_leased(&mut self, lease: &Lease) -> impl Future<Output = StoreResult<Option<LeasedRow>>> + Send;
     fn step_finish(
         &mut self,
         lease: &Lease,
@@ -92,16 +68,9 @@ pub(crate) trait StepTx: Send {
         run_id: &str,
         parent: &str,
     ) -> impl Future<Output = StoreResult<Vec<ChildRow>>> + Send;
-    fn parent_statuses(
-        &mut self,
-        run_id: &str,
-        child: &str,
-    ) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
-    fn step_state(
-        &mut self,
-        run_id: &str,
-        step_id: &str,
-    ) -> impl Future<Output = StoreResult<Option<StateRow>>> + Send;
+    fn parent_statuses(&mut self, run_id: &str, child: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
+    fn step_state(&mut self, run_id: &str, step_id: &str)
+    -> impl Future<Output = StoreResult<Option<StateRow>>> + Send;
     #[allow(clippy::too_many_arguments)]
     fn step_decide(
         &mut self,
@@ -130,25 +99,14 @@ pub(crate) trait StepTx: Send {
         failure: Option<&str>,
         now: i64,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
-    fn run_input(
-        &mut self,
-        run_id: &str,
-    ) -> impl Future<Output = StoreResult<Option<String>>> + Send;
-    fn run_cancel(
-        &mut self,
-        run_id: &str,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn run_input(&mut self, run_id: &str) -> impl Future<Output = StoreResult<Option<String>>> + Send;
+    fn run_cancel(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
     fn steps_cancel(
         &mut self,
         run_id: &str,
         now: i64,
     ) -> impl Future<Output = StoreResult<Vec<(String, i64, String)>>> + Send;
-    fn attempts_cancel(
-        &mut self,
-        run_id: &str,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn attempts_cancel(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     #[allow(clippy::too_many_arguments)]
     fn step_operator(
         &mut self,
@@ -179,11 +137,7 @@ pub(crate) trait DialectTx: StepTx {
         now: i64,
     ) -> impl Future<Output = StoreResult<HeartbeatOutcome>> + Send;
     /// Running steps whose lease expired at or before `now`.
-    fn expired(
-        &mut self,
-        now: i64,
-        limit: i64,
-    ) -> impl Future<Output = StoreResult<Vec<LeasedRow>>> + Send;
+    fn expired(&mut self, now: i64, limit: i64) -> impl Future<Output = StoreResult<Vec<LeasedRow>>> + Send;
 }
 
 /// Implements [`StepTx`] for `sqlx::Transaction<'_, $db>` with the shared SQL.

@@ -10,9 +10,7 @@ const START: &str = "2027-03-14T12:00:00Z";
 
 fn weather_returning(output: Value) -> TestWorker {
     TestWorker::new("w1")
-        .on("weather.forecast", move |_| {
-            Outcome::Succeed(output.clone())
-        })
+        .on("weather.forecast", move |_| Outcome::Succeed(output.clone()))
         .echo("notify.send")
         .echo("noop")
         .echo("llm.chat")
@@ -25,9 +23,7 @@ fn weather_returning(output: Value) -> TestWorker {
 async fn c04_unresolvable_placeholders_fail_the_consumer_and_never_become_null() {
     for backend in backends() {
         let app = TestApp::new(backend, START).await;
-        let worker = weather_returning(
-            json!({"precip_prob":0.7,"uv":null,"hourly":[{"t":"08:00","p":0.6}]}),
-        );
+        let worker = weather_returning(json!({"precip_prob":0.7,"uv":null,"hourly":[{"t":"08:00","p":0.6}]}));
         let run = app
             .submit(json!({"steps":[
               {"id":"weather","action":"weather.forecast","args":{"city":"Shanghai"}},
@@ -44,34 +40,14 @@ async fn c04_unresolvable_placeholders_fail_the_consumer_and_never_become_null()
             assert_eq!(s.status, "failed", "{backend:?} {step} must fail");
             let error = s.error.unwrap();
             assert_eq!(error["code"], "placeholder_unresolved");
-            assert_eq!(
-                error["retryable"], false,
-                "resolution errors are deterministic and not retried"
-            );
+            assert_eq!(error["retryable"], false, "resolution errors are deterministic and not retried");
             assert_eq!(error["details"]["arg_path"], arg);
-            assert!(
-                error["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("$weather.output"),
-                "{error}"
-            );
-            assert!(
-                worker.calls_for(step).is_empty(),
-                "{step}: handler must not be invoked"
-            );
+            assert!(error["message"].as_str().unwrap().contains("$weather.output"), "{error}");
+            assert!(worker.calls_for(step).is_empty(), "{step}: handler must not be invoked");
             assert_eq!(s.attempts, 1, "{step} must not be retried");
         }
-        assert_eq!(
-            worker.calls_for("n4")[0].args["p"],
-            json!(0.6),
-            "a number stays a number"
-        );
-        assert_eq!(
-            worker.calls_for("n5")[0].args["uv"],
-            Value::Null,
-            "a present null stays null"
-        );
+        assert_eq!(worker.calls_for("n4")[0].args["p"], json!(0.6), "a number stays a number");
+        assert_eq!(worker.calls_for("n5")[0].args["uv"], Value::Null, "a present null stays null");
         assert_eq!(app.run(&run).await.status, "failed", "{backend:?}");
     }
 }
@@ -95,16 +71,9 @@ async fn c07_skip_propagates_to_dependents_and_the_run_succeeds() {
         let run = app.submit(c07_plan()).await;
         worker.run_until_idle(&app.engine).await;
         for step in ["rainy", "remind", "notify"] {
-            assert_eq!(
-                app.status(&run, step).await,
-                "skipped",
-                "{backend:?} {step}"
-            );
+            assert_eq!(app.status(&run, step).await, "skipped", "{backend:?} {step}");
         }
-        assert!(
-            worker.calls_for("remind").is_empty() && worker.calls_for("notify").is_empty(),
-            "nothing is sent"
-        );
+        assert!(worker.calls_for("remind").is_empty() && worker.calls_for("notify").is_empty(), "nothing is sent");
         assert_eq!(app.run(&run).await.status, "succeeded");
     }
 }
@@ -117,19 +86,11 @@ async fn c07_with_rain_every_step_runs_exactly_once() {
         let worker = weather_returning(json!({"precip_prob": 0.7}));
         let run = app.submit(c07_plan()).await;
         worker.run_until_idle(&app.engine).await;
-        assert_eq!(
-            app.status(&run, "remind").await,
-            "ready",
-            "waits for its timer"
-        );
+        assert_eq!(app.status(&run, "remind").await, "ready", "waits for its timer");
         app.set_time("2027-03-15T00:00:00Z"); // 08:00 in Shanghai
         worker.run_until_idle(&app.engine).await;
         for step in ["weather", "rainy", "remind", "notify"] {
-            assert_eq!(
-                app.status(&run, step).await,
-                "succeeded",
-                "{backend:?} {step}"
-            );
+            assert_eq!(app.status(&run, step).await, "succeeded", "{backend:?} {step}");
             assert_eq!(worker.calls_for(step).len(), 1, "{step} runs exactly once");
         }
         assert_eq!(app.run(&run).await.status, "succeeded");
@@ -155,11 +116,7 @@ async fn c09_skipped_producer_skips_consumers_instead_of_failing_them() {
             .await;
         worker.run_until_idle(&app.engine).await;
         for step in ["summarize", "send", "audit"] {
-            assert_eq!(
-                app.status(&run, step).await,
-                "skipped",
-                "{backend:?} {step}"
-            );
+            assert_eq!(app.status(&run, step).await, "skipped", "{backend:?} {step}");
             assert!(worker.calls_for(step).is_empty());
         }
         assert_eq!(app.run(&run).await.status, "succeeded");
@@ -184,22 +141,13 @@ async fn c26_unicode_survives_persistence_and_placeholders_byte_for_byte() {
                "not_before":"tomorrow 08:00","depends_on":["weather"]}
             ]}))
             .await;
-        let claimed = app
-            .engine
-            .claim("w1", &["weather.forecast".into()], 1)
-            .await
-            .unwrap();
-        worker
-            .handle(&app.engine, claimed.into_iter().next().unwrap())
-            .await;
+        let claimed = app.engine.claim("w1", &["weather.forecast".into()], 1).await.unwrap();
+        worker.handle(&app.engine, claimed.into_iter().next().unwrap()).await;
         let app = app.restart().await; // (a) outputs are read back from storage
         app.set_time("2027-03-15T00:00:00Z");
         worker.run_until_idle(&app.engine).await;
         let args = &worker.calls_for("notify")[0].args;
-        assert_eq!(
-            args["text"], summary,
-            "{backend:?}: text byte-identical including U+FE0F"
-        );
+        assert_eq!(args["text"], summary, "{backend:?}: text byte-identical including U+FE0F");
         assert_eq!(args["title"], "天气：上海 ✅");
         assert_eq!(args["nfd"], "e\u{301}", "no normalisation of arg values");
         assert_eq!(args["rtl"], "مطر");

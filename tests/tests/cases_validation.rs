@@ -12,12 +12,7 @@ use cairn_core::validate::{Limits, Report, validate_text};
 use serde_json::json;
 
 fn validate(text: &str) -> Report {
-    validate_text(
-        text,
-        Format::Json,
-        &StaticCatalog::builtin(),
-        &Limits::default(),
-    )
+    validate_text(text, Format::Json, &StaticCatalog::builtin(), &Limits::default())
 }
 
 fn errors_with(report: &Report, code: Code) -> Vec<&Diagnostic> {
@@ -25,15 +20,8 @@ fn errors_with(report: &Report, code: Code) -> Vec<&Diagnostic> {
 }
 
 fn assert_rejected(report: &Report) {
-    assert!(
-        !report.valid,
-        "plan must be rejected: {:#?}",
-        report.diagnostics
-    );
-    assert!(
-        report.plan.is_none(),
-        "an invalid plan must not be handed on to run"
-    );
+    assert!(!report.valid, "plan must be rejected: {:#?}", report.diagnostics);
+    assert!(report.plan.is_none(), "an invalid plan must not be handed on to run");
 }
 
 /// C01: duplicate ids that are not adjacent are caught, naming both positions.
@@ -52,27 +40,16 @@ fn c01_duplicate_step_ids_that_are_not_adjacent_are_rejected() {
     assert_eq!(dups.len(), 1, "{dups:#?}");
     assert_eq!(dups[0].step_id.as_deref(), Some("notify"));
     assert_eq!(dups[0].pointer, "/steps/3/id");
-    assert!(
-        dups[0].message.contains("index 3") && dups[0].message.contains("index 1"),
-        "{}",
-        dups[0].message
-    );
+    assert!(dups[0].message.contains("index 3") && dups[0].message.contains("index 1"), "{}", dups[0].message);
 }
 
 /// C01 variant b: ids equal after NFC normalisation are never both accepted.
 #[test]
 fn c01b_ids_equal_after_nfc_normalisation_are_rejected() {
-    let report = validate(
-        r#"{"steps":[{"id":"caf\u00e9","action":"noop"},{"id":"cafe\u0301","action":"noop"}]}"#,
-    );
+    let report = validate(r#"{"steps":[{"id":"caf\u00e9","action":"noop"},{"id":"cafe\u0301","action":"noop"}]}"#);
     assert_rejected(&report);
     let dups = errors_with(&report, Code::DuplicateStepId);
-    assert_eq!(
-        dups.len(),
-        1,
-        "the NFD id must collide with the NFC one: {:#?}",
-        report.diagnostics
-    );
+    assert_eq!(dups.len(), 1, "the NFD id must collide with the NFC one: {:#?}", report.diagnostics);
     assert!(dups[0].message.contains("NFC"));
 }
 
@@ -94,18 +71,13 @@ fn c02a_self_dependency_is_rejected() {
     assert_rejected(&report);
     let errs = errors_with(&report, Code::SelfDependency);
     assert_eq!(errs.len(), 1);
-    assert_eq!(
-        (errs[0].step_id.as_deref(), errs[0].pointer.as_str()),
-        (Some("a"), "/steps/0/depends_on/0")
-    );
+    assert_eq!((errs[0].step_id.as_deref(), errs[0].pointer.as_str()), (Some("a"), "/steps/0/depends_on/0"));
 }
 
 /// C02 b: a self-reference through a placeholder only.
 #[test]
 fn c02b_self_reference_through_a_placeholder_is_rejected() {
-    let report = validate(
-        r#"{"steps":[{"id":"a","action":"noop","args":{"x":"$a.output.y"},"depends_on":[]}]}"#,
-    );
+    let report = validate(r#"{"steps":[{"id":"a","action":"noop","args":{"x":"$a.output.y"},"depends_on":[]}]}"#);
     assert_rejected(&report);
     let errs = errors_with(&report, Code::PlaceholderNotAncestor);
     assert_eq!(errs.len(), 1, "{:#?}", report.diagnostics);
@@ -126,19 +98,9 @@ fn c02c_cycle_behind_a_valid_prefix_is_reported_with_its_path() {
     assert_rejected(&report);
     let cycles = errors_with(&report, Code::Cycle);
     assert_eq!(cycles.len(), 1);
-    assert_eq!(
-        cycles[0].cycle.as_deref(),
-        Some(&["b", "c", "d", "b"].map(String::from)[..])
-    );
-    assert!(
-        cycles[0].message.contains("b → c → d → b"),
-        "{}",
-        cycles[0].message
-    );
-    assert_eq!(
-        cycles[0].pointer, "/steps/1/depends_on/1",
-        "points at the edge that closes the cycle"
-    );
+    assert_eq!(cycles[0].cycle.as_deref(), Some(&["b", "c", "d", "b"].map(String::from)[..]));
+    assert!(cycles[0].message.contains("b → c → d → b"), "{}", cycles[0].message);
+    assert_eq!(cycles[0].pointer, "/steps/1/depends_on/1", "points at the edge that closes the cycle");
 }
 
 /// C02 d: a repeated dependency entry is not a cycle; it is deduplicated with a warning.
@@ -151,14 +113,8 @@ fn c02d_repeated_dependency_is_accepted_once_with_a_warning() {
         ]}"#,
     );
     assert!(report.valid, "{:#?}", report.diagnostics);
-    let warning = report
-        .diagnostics
-        .iter()
-        .find(|d| d.code == Code::DuplicateDependency);
-    assert_eq!(
-        warning.map(|d| d.pointer.as_str()),
-        Some("/steps/1/depends_on/1")
-    );
+    let warning = report.diagnostics.iter().find(|d| d.code == Code::DuplicateDependency);
+    assert_eq!(warning.map(|d| d.pointer.as_str()), Some("/steps/1/depends_on/1"));
 }
 
 /// C03 a: an unknown dependency is rejected with a did-you-mean hint instead of waiting forever.
@@ -205,10 +161,7 @@ fn c06b_unknown_placeholder_root_is_rejected_naming_it() {
     let errs = errors_with(&report, Code::PlaceholderUnknownStep);
     assert_eq!(errs.len(), 1);
     assert!(errs[0].message.contains("nobody"));
-    assert_eq!(
-        (errs[0].step_id.as_deref(), errs[0].pointer.as_str()),
-        (Some("bad"), "/steps/0/args/text")
-    );
+    assert_eq!((errs[0].step_id.as_deref(), errs[0].pointer.as_str()), (Some("bad"), "/steps/0/args/text"));
 }
 
 /// C10 variant c: NaN/inf/negative coefficients, negative backoff and zero attempts are rejected at validation.
@@ -222,26 +175,15 @@ fn c10c_invalid_retry_policies_are_rejected() {
         r#"{"initial_interval_ms":100,"max_interval_ms":50}"#,
     ];
     for retry in bad {
-        let report = validate(&format!(
-            r#"{{"steps":[{{"id":"flaky","action":"noop","retry":{retry}}}]}}"#
-        ));
+        let report = validate(&format!(r#"{{"steps":[{{"id":"flaky","action":"noop","retry":{retry}}}]}}"#));
         assert_rejected(&report);
         let errs = errors_with(&report, Code::RetryInvalid);
         assert!(!errs.is_empty(), "{retry}: {:#?}", report.diagnostics);
-        assert!(
-            errs[0].pointer.starts_with("/steps/0/retry"),
-            "{}",
-            errs[0].pointer
-        );
+        assert!(errs[0].pointer.starts_with("/steps/0/retry"), "{}", errs[0].pointer);
     }
     for yaml in ["backoff_coefficient: .nan", "backoff_coefficient: .inf"] {
         let text = format!("steps:\n  - id: flaky\n    action: noop\n    retry:\n      {yaml}\n");
-        let report = validate_text(
-            &text,
-            Format::Yaml,
-            &StaticCatalog::builtin(),
-            &Limits::default(),
-        );
+        let report = validate_text(&text, Format::Yaml, &StaticCatalog::builtin(), &Limits::default());
         assert_rejected(&report);
     }
 }

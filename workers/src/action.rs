@@ -103,7 +103,11 @@ pub trait Action: Send + Sync + 'static {
         Vec::new()
     }
     /// Runs one attempt. Must stop promptly when `ctx.cancelled()` fires.
-    fn run(&self, args: Self::Args, ctx: &ActionContext) -> impl Future<Output = Result<Self::Output, ActionError>> + Send;
+    fn run(
+        &self,
+        args: Self::Args,
+        ctx: &ActionContext,
+    ) -> impl Future<Output = Result<Self::Output, ActionError>> + Send;
 }
 
 /// A boxed future of an action outcome.

@@ -49,10 +49,7 @@ pub struct FailedAttempt<'a> {
 
 /// Codes whose outcome is ambiguous: the action may or may not have taken effect.
 pub fn is_ambiguous(code: &str) -> bool {
-    matches!(
-        code,
-        codes::TIMEOUT | codes::HEARTBEAT_TIMEOUT | codes::LEASE_LOST
-    )
+    matches!(code, codes::TIMEOUT | codes::HEARTBEAT_TIMEOUT | codes::LEASE_LOST)
 }
 
 /// Decides retry, failure or `outcome_unknown` (contract §6).
@@ -64,19 +61,13 @@ pub fn after_failure(failed: FailedAttempt<'_>, sample: f64) -> AfterFailure {
     let failure = failed.failure;
     let may_repeat = failed.idempotent || failure.did_not_take_effect;
     if !may_repeat {
-        return if is_ambiguous(&failure.code) {
-            AfterFailure::OutcomeUnknown
-        } else {
-            AfterFailure::Fail
-        };
+        return if is_ambiguous(&failure.code) { AfterFailure::OutcomeUnknown } else { AfterFailure::Fail };
     }
     let retryable = failure.retryable || is_ambiguous(&failure.code);
     if retry::should_retry(failed.policy, failed.attempt, &failure.code, retryable) {
         let backoff = retry::delay_from_sample(failed.policy, failed.attempt, sample);
         let after = Duration::from_millis(failure.retry_after_ms.unwrap_or(0));
-        return AfterFailure::Retry {
-            delay: backoff.max(after),
-        };
+        return AfterFailure::Retry { delay: backoff.max(after) };
     }
     AfterFailure::Fail
 }
@@ -116,11 +107,7 @@ pub fn readiness(rule: TriggerRule, parents: impl IntoIterator<Item = StepStatus
         TriggerRule::NoneFailed => failed == 0,
         TriggerRule::OneSuccess => succeeded > 0 || total == 0,
     };
-    if runs {
-        Readiness::Run
-    } else {
-        Readiness::Skip
-    }
+    if runs { Readiness::Run } else { Readiness::Skip }
 }
 
 /// The final status of a run whose steps are all final.

@@ -2,10 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{
-    AfterFailure, Event, FailedAttempt, Readiness, Transition, after_failure, readiness,
-    run_outcome,
-};
+use super::{AfterFailure, Event, FailedAttempt, Readiness, Transition, after_failure, readiness, run_outcome};
 use crate::condition::{Condition, ConditionScope};
 use crate::plan::Plan;
 use crate::retry::RetryPolicy;
@@ -123,13 +120,7 @@ impl RunGraph {
         out
     }
 
-    fn fail(
-        &mut self,
-        i: usize,
-        failure: &crate::failure::Failure,
-        sample: f64,
-        out: &mut Vec<Transition>,
-    ) {
+    fn fail(&mut self, i: usize, failure: &crate::failure::Failure, sample: f64, out: &mut Vec<Transition>) {
         let default_policy = RetryPolicy::default();
         let step = &self.plan.steps[i];
         let failed = FailedAttempt {
@@ -141,10 +132,7 @@ impl RunGraph {
         match after_failure(failed, sample) {
             AfterFailure::Retry { delay } => {
                 self.set(i, StepStatus::Ready, out);
-                out.push(Transition::RetryScheduled {
-                    step: self.plan.steps[i].id.clone(),
-                    delay,
-                });
+                out.push(Transition::RetryScheduled { step: self.plan.steps[i].id.clone(), delay });
             }
             AfterFailure::Fail => self.finish(i, StepStatus::Failed, out),
             AfterFailure::OutcomeUnknown => self.set(i, StepStatus::OutcomeUnknown, out),
@@ -185,24 +173,13 @@ impl RunGraph {
                 self.set(c, decided, out);
                 work.extend(self.dependents[c].iter().copied());
             } else {
-                let approval = self.plan.steps[c]
-                    .approval
-                    .as_ref()
-                    .is_some_and(|a| a.required);
-                let to = if approval {
-                    StepStatus::WaitingApproval
-                } else {
-                    StepStatus::Ready
-                };
+                let approval = self.plan.steps[c].approval.as_ref().is_some_and(|a| a.required);
+                let to = if approval { StepStatus::WaitingApproval } else { StepStatus::Ready };
                 self.set(c, to, out);
             }
         }
         if self.run == RunStatus::Running && self.status.iter().all(|s| s.is_final()) {
-            let failed = self
-                .status
-                .iter()
-                .filter(|s| **s == StepStatus::Failed)
-                .count();
+            let failed = self.status.iter().filter(|s| **s == StepStatus::Failed).count();
             self.run = run_outcome(false, failed);
             out.push(Transition::Run(self.run));
         }
@@ -220,16 +197,10 @@ impl RunGraph {
         for id in condition.step_references() {
             if let Some(p) = self.index(&id) {
                 let output = self.outputs[p].clone().unwrap_or(Value::Null);
-                steps.insert(
-                    id,
-                    json!({"output": output, "status": self.status[p].as_str()}),
-                );
+                steps.insert(id, json!({"output": output, "status": self.status[p].as_str()}));
             }
         }
-        let scope = ConditionScope {
-            input: self.input.clone(),
-            steps,
-        };
+        let scope = ConditionScope { input: self.input.clone(), steps };
         match condition.evaluate(&scope) {
             Ok(true) => StepStatus::Ready,
             Ok(false) => StepStatus::Skipped,
@@ -239,10 +210,7 @@ impl RunGraph {
 
     fn set(&mut self, i: usize, to: StepStatus, out: &mut Vec<Transition>) {
         self.status[i] = to;
-        out.push(Transition::Step {
-            step: self.plan.steps[i].id.clone(),
-            to,
-        });
+        out.push(Transition::Step { step: self.plan.steps[i].id.clone(), to });
     }
 
     fn index(&self, id: &str) -> Option<usize> {

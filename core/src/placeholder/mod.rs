@@ -52,9 +52,7 @@ use serde_json::Value;
 
 pub use parse::{parse_reference, parse_template};
 pub use render::render_template;
-pub use resolve::{
-    FAILURE_CODE, Producer, ResolveError, ResolveErrorKind, Scope, resolve_args, resolve_reference,
-};
+pub use resolve::{FAILURE_CODE, Producer, ResolveError, ResolveErrorKind, Scope, resolve_args, resolve_reference};
 
 /// What a placeholder starts from: the run input (`$input…`) or a step's output (`$<step_id>…`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -270,10 +268,7 @@ impl<'a> RefObject<'a> {
     pub(crate) fn of(map: &'a serde_json::Map<String, Value>) -> Option<Self> {
         let target = map.get("$ref")?;
         let only_known = map.keys().all(|k| k == "$ref" || k == "default");
-        only_known.then(|| RefObject {
-            target,
-            default: map.get("default"),
-        })
+        only_known.then(|| RefObject { target, default: map.get("default") })
     }
 
     /// The `$ref` string as written (compact JSON when it is not a string).

@@ -13,10 +13,7 @@ pub(crate) enum RawPiece {
     /// Literal text after unescaping `$$`; never empty, never adjacent to another `Text`.
     Text(String),
     /// A placeholder and where it sits in the string (`$` through its last char).
-    Ref {
-        reference: Reference,
-        span: Range<usize>,
-    },
+    Ref { reference: Reference, span: Range<usize> },
 }
 
 /// Parses one JSON string leaf of `args` into its canonical [`Template`].
@@ -44,28 +41,19 @@ pub fn parse_reference(s: &str) -> Result<Reference, SyntaxError> {
     let b = s.as_bytes();
     match b.get(start) {
         None => {
-            return Err(error(
-                start,
-                "empty reference: expected a step id or `input`",
-            ));
+            return Err(error(start, "empty reference: expected a step id or `input`"));
         }
         Some(&c) if !is_ident_start(c) => {
             return Err(error(
                 start,
-                format!(
-                    "expected a step id or `input` (starting with a letter or `_`), found {}",
-                    describe(s, start)
-                ),
+                format!("expected a step id or `input` (starting with a letter or `_`), found {}", describe(s, start)),
             ));
         }
         Some(_) => {}
     }
     let (reference, end) = reference(s, start, Mode::Strict)?;
     if end < s.len() {
-        return Err(error(
-            end,
-            format!("unexpected {} after the reference", describe(s, end)),
-        ));
+        return Err(error(end, format!("unexpected {} after the reference", describe(s, end))));
     }
     Ok(reference)
 }
@@ -102,10 +90,7 @@ pub(crate) fn scan(s: &str) -> Result<Vec<RawPiece>, SyntaxError> {
         if !text.is_empty() {
             out.push(RawPiece::Text(std::mem::take(&mut text)));
         }
-        out.push(RawPiece::Ref {
-            reference,
-            span: i..end,
-        });
+        out.push(RawPiece::Ref { reference, span: i..end });
         i = end;
         copied = end;
     }
@@ -146,13 +131,7 @@ fn delimited(s: &str, dollar: usize) -> Result<(Reference, usize), SyntaxError> 
     match b.get(end) {
         None => Err(unclosed(dollar)),
         Some(b'}') => Ok((reference, end + 1)),
-        Some(_) => Err(error(
-            end,
-            format!(
-                "expected `.`, `[` or `}}` inside `${{…}}`, found {}",
-                describe(s, end)
-            ),
-        )),
+        Some(_) => Err(error(end, format!("expected `.`, `[` or `}}` inside `${{…}}`, found {}", describe(s, end)))),
     }
 }
 
@@ -180,10 +159,7 @@ fn reference(s: &str, start: usize, mode: Mode) -> Result<(Reference, usize), Sy
                     }
                     return Err(error(
                         field_start,
-                        format!(
-                            "expected a field name ([A-Za-z0-9_-]) after `.`, found {}",
-                            describe(s, field_start)
-                        ),
+                        format!("expected a field name ([A-Za-z0-9_-]) after `.`, found {}", describe(s, field_start)),
                     ));
                 }
                 path.push(Segment::Field(s[field_start..end].to_owned()));
@@ -203,18 +179,12 @@ fn reference(s: &str, start: usize, mode: Mode) -> Result<(Reference, usize), Sy
 /// Applies the root rules: `input` is the run input; for a step, a leading `.output` names the output itself.
 fn normalise(root: &str, mut path: Vec<Segment>) -> Reference {
     if root == "input" {
-        return Reference {
-            root: Root::Input,
-            path,
-        };
+        return Reference { root: Root::Input, path };
     }
     if matches!(path.first(), Some(Segment::Field(f)) if f == "output") {
         path.remove(0);
     }
-    Reference {
-        root: Root::Step(root.to_owned()),
-        path,
-    }
+    Reference { root: Root::Step(root.to_owned()), path }
 }
 
 /// Parses `[123]` or `["key"]` with `[` at `open`; returns the segment and the offset just past `]`.
@@ -250,10 +220,7 @@ fn bracket(s: &str, open: usize) -> Result<(Segment, usize), SyntaxError> {
         Some(b']') => Ok((segment, close + 1)),
         _ => Err(error(
             close,
-            format!(
-                "expected `]` to close the segment opened at byte {open}, found {}",
-                describe(s, close)
-            ),
+            format!("expected `]` to close the segment opened at byte {open}, found {}", describe(s, close)),
         )),
     }
 }
@@ -268,10 +235,7 @@ fn quoted(s: &str, quote: usize) -> Result<(String, usize), SyntaxError> {
     loop {
         match b.get(i) {
             None => {
-                return Err(error(
-                    quote,
-                    "unterminated quoted key: expected a closing `\"`",
-                ));
+                return Err(error(quote, "unterminated quoted key: expected a closing `\"`"));
             }
             Some(b'"') => {
                 key.push_str(&s[run..i]);
@@ -322,8 +286,5 @@ fn unclosed(dollar: usize) -> SyntaxError {
 }
 
 fn error(offset: usize, message: impl Into<String>) -> SyntaxError {
-    SyntaxError {
-        offset,
-        message: message.into(),
-    }
+    SyntaxError { offset, message: message.into() }
 }

@@ -7,10 +7,7 @@ fn field(f: &str) -> Segment {
 }
 
 fn step(id: &str, path: Vec<Segment>) -> Reference {
-    Reference {
-        root: Root::Step(id.to_owned()),
-        path,
-    }
+    Reference { root: Root::Step(id.to_owned()), path }
 }
 
 fn err_at(s: &str) -> usize {
@@ -27,15 +24,9 @@ fn step_root_output_and_shorthand_all_normalise_to_the_same_reference() {
     assert_eq!(parse_template("$w.output.a"), Ok(a.clone()));
     assert_eq!(parse_template("${w.output.a}"), Ok(a));
     assert_eq!(parse_template("$w"), Ok(Template::Whole(step("w", vec![]))));
-    assert_eq!(
-        parse_template("$w.output"),
-        Ok(Template::Whole(step("w", vec![])))
-    );
+    assert_eq!(parse_template("$w.output"), Ok(Template::Whole(step("w", vec![]))));
     assert_eq!(parse_template("$w[0]"), parse_template("$w.output[0]"));
-    assert_eq!(
-        parse_template("$w.output.output"),
-        Ok(Template::Whole(step("w", vec![field("output")])))
-    );
+    assert_eq!(parse_template("$w.output.output"), Ok(Template::Whole(step("w", vec![field("output")]))));
 }
 
 #[test]
@@ -48,50 +39,24 @@ fn input_root_keeps_every_segment() {
 #[test]
 fn odd_keys_and_indices_are_segments() {
     let t = parse_template(r#"$w.a["b c"][12]["q\"\\"].d-e"#).expect("valid");
-    let path = vec![
-        field("a"),
-        field("b c"),
-        Segment::Index(12),
-        field("q\"\\"),
-        field("d-e"),
-    ];
+    let path = vec![field("a"), field("b c"), Segment::Index(12), field("q\"\\"), field("d-e")];
     assert_eq!(t, Template::Whole(step("w", path)));
 }
 
 #[test]
 fn a_bare_placeholder_ends_at_a_dot_without_a_field_or_at_any_other_char() {
     let t = parse_template("Rain: $w.p. Bye").expect("valid");
-    let want = vec![
-        Piece::Text("Rain: ".into()),
-        Piece::Ref(step("w", vec![field("p")])),
-        Piece::Text(". Bye".into()),
-    ];
+    let want = vec![Piece::Text("Rain: ".into()), Piece::Ref(step("w", vec![field("p")])), Piece::Text(". Bye".into())];
     assert_eq!(t, Template::Pieces(want));
     assert_eq!(parse_template("$w!").expect("valid").references().len(), 1);
 }
 
 #[test]
 fn dollar_before_non_identifier_is_literal_and_double_dollar_escapes() {
-    for s in [
-        "$5.00",
-        "US$",
-        "$",
-        "price $ 3",
-        "a $- b",
-        "$.x",
-        "$[0]",
-        "$}",
-    ] {
-        assert_eq!(
-            parse_template(s),
-            Ok(Template::Literal(s.to_owned())),
-            "{s}"
-        );
+    for s in ["$5.00", "US$", "$", "price $ 3", "a $- b", "$.x", "$[0]", "$}"] {
+        assert_eq!(parse_template(s), Ok(Template::Literal(s.to_owned())), "{s}");
     }
-    assert_eq!(
-        parse_template("$$w.a"),
-        Ok(Template::Literal("$w.a".into()))
-    );
+    assert_eq!(parse_template("$$w.a"), Ok(Template::Literal("$w.a".into())));
     assert_eq!(parse_template("$$$$"), Ok(Template::Literal("$$".into())));
 }
 

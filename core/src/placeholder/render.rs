@@ -104,10 +104,7 @@ mod tests {
             ],
         };
         assert_eq!(r.render(), r#"$w.output.a["b c"][0]["q\"\\"][""]"#);
-        let input = Reference {
-            root: Root::Input,
-            path: vec![Segment::Field("x".into())],
-        };
+        let input = Reference { root: Root::Input, path: vec![Segment::Field("x".into())] };
         assert_eq!(input.render(), "$input.x");
         assert_eq!(input.to_string(), "$input.x");
     }

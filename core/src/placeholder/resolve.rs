@@ -128,19 +128,13 @@ impl ResolveErrorKind {
 impl fmt::Display for ResolveErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ResolveErrorKind::MissingKey {
-                key,
-                at,
-                available,
-                suggestion,
-            } => {
+            ResolveErrorKind::MissingKey { key, at, available, suggestion } => {
                 write!(f, "{at} has no key \"{key}\"")?;
                 const SHOWN: usize = 20;
                 if available.is_empty() {
                     f.write_str(" (it is an empty object)")?;
                 } else {
-                    let listed: Vec<&str> =
-                        available.iter().take(SHOWN).map(String::as_str).collect();
+                    let listed: Vec<&str> = available.iter().take(SHOWN).map(String::as_str).collect();
                     let more = if available.len() > SHOWN { ", …" } else { "" };
                     write!(f, " (keys: {}{more})", listed.join(", "))?;
                 }
@@ -150,17 +144,9 @@ impl fmt::Display for ResolveErrorKind {
                 Ok(())
             }
             ResolveErrorKind::IndexOutOfRange { index, len, at } => {
-                write!(
-                    f,
-                    "index {index} is out of range: {at} has {len} element(s)"
-                )
+                write!(f, "index {index} is out of range: {at} has {len} element(s)")
             }
-            ResolveErrorKind::NotAContainer {
-                at,
-                segment,
-                expected,
-                found,
-            } => write!(
+            ResolveErrorKind::NotAContainer { at, segment, expected, found } => write!(
                 f,
                 "cannot read {segment} of {at}: it is {}, not {}",
                 with_article(found),
@@ -209,39 +195,24 @@ pub fn resolve_args(args: &Value, scope: &dyn Scope) -> Result<Value, ResolveErr
 ///
 /// Errors: the producer is skipped, failed or pending; or a segment meets a missing key, an index past the end,
 /// or a value of the wrong type. A present `null` is a value like any other.
-pub fn resolve_reference<'s>(
-    reference: &Reference,
-    scope: &'s dyn Scope,
-) -> Result<&'s Value, ResolveErrorKind> {
+pub fn resolve_reference<'s>(reference: &Reference, scope: &'s dyn Scope) -> Result<&'s Value, ResolveErrorKind> {
     let mut current = match &reference.root {
         Root::Input => scope.input(),
         Root::Step(id) => match scope.producer(id) {
             Producer::Output(v) => v,
             Producer::Skipped => {
-                return Err(ResolveErrorKind::ProducerSkipped {
-                    step_id: id.clone(),
-                });
+                return Err(ResolveErrorKind::ProducerSkipped { step_id: id.clone() });
             }
             Producer::Failed => {
-                return Err(ResolveErrorKind::ProducerFailed {
-                    step_id: id.clone(),
-                });
+                return Err(ResolveErrorKind::ProducerFailed { step_id: id.clone() });
             }
             Producer::Pending => {
-                return Err(ResolveErrorKind::ProducerPending {
-                    step_id: id.clone(),
-                });
+                return Err(ResolveErrorKind::ProducerPending { step_id: id.clone() });
             }
         },
     };
     for (depth, segment) in reference.path.iter().enumerate() {
-        let at = || {
-            Reference {
-                root: reference.root.clone(),
-                path: reference.path[..depth].to_vec(),
-            }
-            .render()
-        };
+        let at = || Reference { root: reference.root.clone(), path: reference.path[..depth].to_vec() }.render();
         current = match (segment, current) {
             (super::Segment::Field(key), Value::Object(map)) => match map.get(key) {
                 Some(v) => v,
@@ -258,11 +229,7 @@ pub fn resolve_reference<'s>(
             (super::Segment::Index(index), Value::Array(items)) => match items.get(*index) {
                 Some(v) => v,
                 None => {
-                    return Err(ResolveErrorKind::IndexOutOfRange {
-                        index: *index,
-                        len: items.len(),
-                        at: at(),
-                    });
+                    return Err(ResolveErrorKind::IndexOutOfRange { index: *index, len: items.len(), at: at() });
                 }
             },
             (segment, other) => {
@@ -284,11 +251,7 @@ pub fn resolve_reference<'s>(
     Ok(current)
 }
 
-fn resolve_value(
-    value: &Value,
-    scope: &dyn Scope,
-    pointer: &mut String,
-) -> Result<Value, ResolveError> {
+fn resolve_value(value: &Value, scope: &dyn Scope, pointer: &mut String) -> Result<Value, ResolveError> {
     match value {
         Value::String(s) => resolve_string(s, scope, pointer),
         Value::Array(items) => {
@@ -328,9 +291,7 @@ fn resolve_string(s: &str, scope: &dyn Scope, pointer: &str) -> Result<Value, Re
     };
     let pieces = scan(s).map_err(|e| fail(s, ResolveErrorKind::Syntax(e)))?;
     if let [RawPiece::Ref { reference, .. }] = pieces.as_slice() {
-        return resolve_reference(reference, scope)
-            .cloned()
-            .map_err(|kind| fail(s, kind));
+        return resolve_reference(reference, scope).cloned().map_err(|kind| fail(s, kind));
     }
     let mut out = String::with_capacity(s.len());
     for piece in &pieces {
@@ -346,19 +307,9 @@ fn resolve_string(s: &str, scope: &dyn Scope, pointer: &str) -> Result<Value, Re
     Ok(Value::String(out))
 }
 
-fn resolve_ref_object(
-    form: &RefObject<'_>,
-    scope: &dyn Scope,
-    pointer: &str,
-) -> Result<Value, ResolveError> {
-    let fail = |kind| ResolveError {
-        placeholder: form.text(),
-        arg_path: pointer.to_owned(),
-        kind: Box::new(kind),
-    };
-    let reference = form
-        .parse()
-        .map_err(|e| fail(ResolveErrorKind::Syntax(e)))?;
+fn resolve_ref_object(form: &RefObject<'_>, scope: &dyn Scope, pointer: &str) -> Result<Value, ResolveError> {
+    let fail = |kind| ResolveError { placeholder: form.text(), arg_path: pointer.to_owned(), kind: Box::new(kind) };
+    let reference = form.parse().map_err(|e| fail(ResolveErrorKind::Syntax(e)))?;
     match (resolve_reference(&reference, scope), form.default) {
         (Ok(v), _) => Ok(v.clone()),
         (Err(kind), Some(default)) if kind.default_applies() => Ok(default.clone()),

@@ -21,10 +21,7 @@ pub(crate) fn check(parsed: &mut Parsed, catalog: &dyn ActionCatalog, out: &mut 
         let Some(step) = &mut slot.step else { continue };
         let Some(entry) = catalog.get(&step.action) else {
             let at = pointer::step_field(slot.index, "action");
-            let msg = format!(
-                "step `{}` uses action `{}`, which is not registered",
-                step.id, step.action
-            );
+            let msg = format!("step `{}` uses action `{}`, which is not registered", step.id, step.action);
             let d = Diagnostic::error(Code::UnknownAction, at, msg).step(&step.id);
             let names = catalog.names();
             out.push(match did_you_mean(&step.action, names.iter().copied()) {
@@ -34,31 +31,21 @@ pub(crate) fn check(parsed: &mut Parsed, catalog: &dyn ActionCatalog, out: &mut 
             continue;
         };
         let args_at = pointer::step_field(slot.index, "args");
-        let placeholder_leaves: Vec<String> = placeholder::references(&step.args)
-            .into_iter()
-            .map(|f| f.pointer)
-            .collect();
+        let placeholder_leaves: Vec<String> =
+            placeholder::references(&step.args).into_iter().map(|f| f.pointer).collect();
         for problem in entry.check_args(&step.args) {
-            let unresolved = placeholder_leaves.iter().any(|leaf| {
-                problem.pointer == *leaf || problem.pointer.starts_with(&format!("{leaf}/"))
-            });
+            let unresolved = placeholder_leaves
+                .iter()
+                .any(|leaf| problem.pointer == *leaf || problem.pointer.starts_with(&format!("{leaf}/")));
             if unresolved {
                 continue;
             }
-            let msg = format!(
-                "args of `{}` do not fit action `{}`: {}",
-                step.id, step.action, problem.message
-            );
-            let hint =
-                "see the action's args schema (`cairn schema action NAME` or GET /v1/actions)";
+            let msg = format!("args of `{}` do not fit action `{}`: {}", step.id, step.action, problem.message);
+            let hint = "see the action's args schema (`cairn schema action NAME` or GET /v1/actions)";
             out.push(
-                Diagnostic::error(
-                    Code::ArgsSchema,
-                    format!("{args_at}{}", problem.pointer),
-                    msg,
-                )
-                .step(&step.id)
-                .hint(hint),
+                Diagnostic::error(Code::ArgsSchema, format!("{args_at}{}", problem.pointer), msg)
+                    .step(&step.id)
+                    .hint(hint),
             );
         }
         if let Some(source) = &source_text {
@@ -69,10 +56,7 @@ pub(crate) fn check(parsed: &mut Parsed, catalog: &dyn ActionCatalog, out: &mut 
                 if placeholder_leaves.contains(grounded) || source.contains(&fold(value)) {
                     continue;
                 }
-                let msg = format!(
-                    "`{value}` (args{grounded} of `{}`) does not appear in context.source_text",
-                    step.id
-                );
+                let msg = format!("`{value}` (args{grounded} of `{}`) does not appear in context.source_text", step.id);
                 let hint = "use a value the request actually mentions, or ask the user";
                 out.push(
                     Diagnostic::error(Code::UngroundedArg, format!("{args_at}{grounded}"), msg)

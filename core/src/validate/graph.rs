@@ -51,10 +51,7 @@ impl Graph {
                 index_of.entry(id).or_insert(slot.index);
             }
         }
-        let deps = slots
-            .iter()
-            .map(|slot| resolve_deps(slot, &index_of, out))
-            .collect::<Vec<_>>();
+        let deps = slots.iter().map(|slot| resolve_deps(slot, &index_of, out)).collect::<Vec<_>>();
         let order = topological_order(&deps);
         if order.len() < deps.len() {
             for cycle in find_cycles(&deps) {
@@ -91,24 +88,16 @@ impl Graph {
     }
 }
 
-fn resolve_deps(
-    slot: &Slot,
-    index_of: &HashMap<&str, usize>,
-    out: &mut Vec<Diagnostic>,
-) -> Vec<usize> {
+fn resolve_deps(slot: &Slot, index_of: &HashMap<&str, usize>, out: &mut Vec<Diagnostic>) -> Vec<usize> {
     let id = slot.id.as_deref().unwrap_or("");
     let mut deps = Vec::with_capacity(slot.depends_on.len());
     // A set, not `deps.contains`: a join over k steps would otherwise cost O(k²) (case C24).
     let mut seen = HashSet::with_capacity(slot.depends_on.len());
     for (k, dep) in slot.depends_on.iter().enumerate() {
-        let at = pointer::join(
-            &pointer::step_field(slot.index, "depends_on"),
-            &[k.to_string()],
-        );
+        let at = pointer::join(&pointer::step_field(slot.index, "depends_on"), &[k.to_string()]);
         match index_of.get(dep.as_str()) {
             None => {
-                let msg =
-                    format!("step `{id}` depends on `{dep}`, which is not a step of this plan");
+                let msg = format!("step `{id}` depends on `{dep}`, which is not a step of this plan");
                 let d = Diagnostic::error(Code::UnknownDependency, at, msg).step(id);
                 out.push(match did_you_mean(dep, index_of.keys().copied()) {
                     Some(s) => d.hint(format!("did you mean `{s}`?")),
@@ -117,21 +106,11 @@ fn resolve_deps(
             }
             Some(_) if dep == id => {
                 let msg = format!("step `{id}` depends on itself");
-                out.push(
-                    Diagnostic::error(Code::SelfDependency, at, msg)
-                        .step(id)
-                        .hint("remove it from depends_on"),
-                );
+                out.push(Diagnostic::error(Code::SelfDependency, at, msg).step(id).hint("remove it from depends_on"));
             }
             Some(&i) if seen.contains(&i) => {
-                let msg = format!(
-                    "step `{id}` lists `{dep}` more than once in depends_on; it is counted once"
-                );
-                out.push(
-                    Diagnostic::warning(Code::DuplicateDependency, at, msg)
-                        .step(id)
-                        .hint("remove the repeat"),
-                );
+                let msg = format!("step `{id}` lists `{dep}` more than once in depends_on; it is counted once");
+                out.push(Diagnostic::warning(Code::DuplicateDependency, at, msg).step(id).hint("remove the repeat"));
             }
             Some(&i) => {
                 seen.insert(i);
@@ -276,11 +255,7 @@ fn components(deps: &[Vec<usize>]) -> Vec<usize> {
 /// A dependency-direction walk `[x, dep of x, dep of that, …]` as an execution-order cycle from its lowest index.
 fn execution_order(walk: &[usize]) -> Cycle {
     let mut cycle: Vec<usize> = walk.iter().rev().copied().collect();
-    let lowest = cycle
-        .iter()
-        .enumerate()
-        .min_by_key(|(_, s)| **s)
-        .map_or(0, |(i, _)| i);
+    let lowest = cycle.iter().enumerate().min_by_key(|(_, s)| **s).map_or(0, |(i, _)| i);
     cycle.rotate_left(lowest);
     if let Some(&first) = cycle.first() {
         cycle.push(first);
@@ -293,23 +268,14 @@ fn cycle_diagnostic(cycle: &Cycle, slots: &[Slot]) -> Diagnostic {
     let ids: Vec<String> = cycle.iter().map(|&i| name(i)).collect();
     let first = cycle[0];
     let closing = cycle[cycle.len() - 2];
-    let dep_pos = slots[first]
-        .depends_on
-        .iter()
-        .position(|d| Some(d) == slots[closing].id.as_ref());
+    let dep_pos = slots[first].depends_on.iter().position(|d| Some(d) == slots[closing].id.as_ref());
     let at = match dep_pos {
         Some(k) => pointer::join(&pointer::step_field(first, "depends_on"), &[k.to_string()]),
         None => pointer::step_field(first, "depends_on"),
     };
     let msg = format!("dependency cycle: {}", ids.join(" → "));
-    let hint = format!(
-        "remove `{}` from depends_on of `{}` or otherwise break the cycle",
-        ids[ids.len() - 2],
-        ids[0]
-    );
-    let mut d = Diagnostic::error(Code::Cycle, at, msg)
-        .step(ids[0].clone())
-        .hint(hint);
+    let hint = format!("remove `{}` from depends_on of `{}` or otherwise break the cycle", ids[ids.len() - 2], ids[0]);
+    let mut d = Diagnostic::error(Code::Cycle, at, msg).step(ids[0].clone()).hint(hint);
     d.cycle = Some(ids);
     d
 }

@@ -35,41 +35,26 @@ pub(crate) fn check(slots: &[Slot], out: &mut Vec<Diagnostic>) {
         };
         let at = pointer::step_field(slot.index, "id");
         if RESERVED_STEP_IDS.contains(&id) {
-            let msg = format!(
-                "step id `{id}` is reserved (placeholders and conditions use it as a root)"
-            );
+            let msg = format!("step id `{id}` is reserved (placeholders and conditions use it as a root)");
             out.push(
-                Diagnostic::error(Code::ReservedStepId, &at, msg)
-                    .step(id)
-                    .hint(format!("rename it, e.g. `{id}_step`")),
+                Diagnostic::error(Code::ReservedStepId, &at, msg).step(id).hint(format!("rename it, e.g. `{id}_step`")),
             );
         } else if !is_valid_id(id) {
             let msg = format!("step id `{id}` must match [A-Za-z_][A-Za-z0-9_-]{{0,63}}");
             let hint = "use ASCII letters, digits, `_` and `-`, starting with a letter or `_`; put free text in `goal`";
-            out.push(
-                Diagnostic::error(Code::InvalidStepId, &at, msg)
-                    .step(id)
-                    .hint(hint),
-            );
+            out.push(Diagnostic::error(Code::InvalidStepId, &at, msg).step(id).hint(hint));
         }
         let key: String = id.nfc().collect();
         match first_seen.get(&key) {
             Some(&(first_index, first_id)) => {
-                let same = if first_id == id {
-                    String::new()
-                } else {
-                    " (equal after Unicode NFC normalisation)".into()
-                };
+                let same =
+                    if first_id == id { String::new() } else { " (equal after Unicode NFC normalisation)".into() };
                 let msg = format!(
                     "step id `{id}` at index {} repeats the id of the step at index {first_index}{same}",
                     slot.index
                 );
                 let hint = "give every step a unique id and update depends_on and placeholders that meant this one";
-                out.push(
-                    Diagnostic::error(Code::DuplicateStepId, &at, msg)
-                        .step(id)
-                        .hint(hint),
-                );
+                out.push(Diagnostic::error(Code::DuplicateStepId, &at, msg).step(id).hint(hint));
             }
             None => {
                 first_seen.insert(key, (slot.index, id));

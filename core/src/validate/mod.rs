@@ -42,11 +42,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            max_steps: 1000,
-            min_timeout_ms: 1000,
-            max_timeout_ms: 24 * 3600 * 1000,
-        }
+        Self { max_steps: 1000, min_timeout_ms: 1000, max_timeout_ms: 24 * 3600 * 1000 }
     }
 }
 
@@ -66,11 +62,7 @@ impl Report {
     fn new(mut diagnostics: Vec<Diagnostic>, plan: Option<Plan>) -> Self {
         diagnostics.sort_by_key(|d| pointer_order(&d.pointer));
         let valid = !diagnostics.iter().any(Diagnostic::is_error);
-        Self {
-            valid,
-            plan: if valid { plan } else { None },
-            diagnostics,
-        }
+        Self { valid, plan: if valid { plan } else { None }, diagnostics }
     }
 
     /// Only the errors.
@@ -81,10 +73,8 @@ impl Report {
 
 /// Sort key: document-level pointers first, then steps by index; ties keep insertion order (stable sort).
 fn pointer_order(pointer: &str) -> (usize, usize) {
-    let step = pointer
-        .strip_prefix("/steps/")
-        .and_then(|rest| rest.split('/').next())
-        .and_then(|i| i.parse::<usize>().ok());
+    let step =
+        pointer.strip_prefix("/steps/").and_then(|rest| rest.split('/').next()).and_then(|i| i.parse::<usize>().ok());
     match step {
         Some(i) => (1, i),
         None => (0, 0),
@@ -92,12 +82,7 @@ fn pointer_order(pointer: &str) -> (usize, usize) {
 }
 
 /// Parses `text` (JSON or YAML) and validates it. A parse failure is reported as a single diagnostic.
-pub fn validate_text(
-    text: &str,
-    format: Format,
-    catalog: &dyn ActionCatalog,
-    limits: &Limits,
-) -> Report {
+pub fn validate_text(text: &str, format: Format, catalog: &dyn ActionCatalog, limits: &Limits) -> Report {
     match document::parse(text, format) {
         Ok(value) => validate_value(&value, catalog, limits),
         Err(failure) => Report::new(vec![failure.into()], None),

@@ -19,12 +19,7 @@ struct Lookup<'a> {
     ancestry: Option<&'a Ancestry>,
 }
 
-pub(crate) fn check(
-    slots: &[Slot],
-    graph: &Graph,
-    ancestry: Option<&Ancestry>,
-    out: &mut Vec<Diagnostic>,
-) {
+pub(crate) fn check(slots: &[Slot], graph: &Graph, ancestry: Option<&Ancestry>, out: &mut Vec<Diagnostic>) {
     let mut index_of = HashMap::with_capacity(slots.len());
     for slot in slots {
         if let Some(id) = slot.id.as_deref() {
@@ -36,11 +31,7 @@ pub(crate) fn check(
     for &i in &graph.order {
         settled[i] = true;
     }
-    let lookup = Lookup {
-        index_of,
-        settled,
-        ancestry,
-    };
+    let lookup = Lookup { index_of, settled, ancestry };
     for slot in slots {
         let Some(step) = &slot.step else { continue };
         let args_at = pointer::step_field(slot.index, "args");
@@ -49,12 +40,9 @@ pub(crate) fn check(
             match found.result {
                 Err(e) => {
                     let msg = format!("bad placeholder in `{}`: {e}", found.text);
-                    let hint = "write `$step.output.field`, `${step.output.field}` inside text, or `$$` for a literal `$`";
-                    out.push(
-                        Diagnostic::error(Code::PlaceholderSyntax, at, msg)
-                            .step(&step.id)
-                            .hint(hint),
-                    );
+                    let hint =
+                        "write `$step.output.field`, `${step.output.field}` inside text, or `$$` for a literal `$`";
+                    out.push(Diagnostic::error(Code::PlaceholderSyntax, at, msg).step(&step.id).hint(hint));
                 }
                 Ok(reference) => {
                     if let Root::Step(producer) = &reference.root {
@@ -75,35 +63,18 @@ pub(crate) fn check(
 }
 
 impl Lookup<'_> {
-    fn check(
-        &self,
-        slot: &Slot,
-        id: &str,
-        producer: &str,
-        text: &str,
-        at: &str,
-        out: &mut Vec<Diagnostic>,
-    ) {
+    fn check(&self, slot: &Slot, id: &str, producer: &str, text: &str, at: &str, out: &mut Vec<Diagnostic>) {
         let Some(&p) = self.index_of.get(producer) else {
-            let msg =
-                format!("`{text}` refers to step `{producer}`, which is not a step of this plan");
+            let msg = format!("`{text}` refers to step `{producer}`, which is not a step of this plan");
             let d = Diagnostic::error(Code::PlaceholderUnknownStep, at, msg).step(id);
-            out.push(
-                match did_you_mean(producer, self.index_of.keys().copied()) {
-                    Some(s) => d.hint(format!(
-                        "did you mean `{s}`? (write `$$` for a literal `$`)"
-                    )),
-                    None => d.hint(
-                        "name an existing step, use `$input…`, or write `$$` for a literal `$`",
-                    ),
-                },
-            );
+            out.push(match did_you_mean(producer, self.index_of.keys().copied()) {
+                Some(s) => d.hint(format!("did you mean `{s}`? (write `$$` for a literal `$`)")),
+                None => d.hint("name an existing step, use `$input…`, or write `$$` for a literal `$`"),
+            });
             return;
         };
         if p == slot.index {
-            let msg = format!(
-                "`{text}` refers to the output of step `{id}` itself, which does not exist yet"
-            );
+            let msg = format!("`{text}` refers to the output of step `{id}` itself, which does not exist yet");
             out.push(
                 Diagnostic::error(Code::PlaceholderNotAncestor, at, msg)
                     .step(id)
@@ -119,11 +90,7 @@ impl Lookup<'_> {
                 "`{text}` refers to step `{producer}`, which is not a (transitive) dependency of `{id}`: its output might not exist yet"
             );
             let hint = format!("add `{producer}` to depends_on of `{id}`");
-            out.push(
-                Diagnostic::error(Code::PlaceholderNotAncestor, at, msg)
-                    .step(id)
-                    .hint(hint),
-            );
+            out.push(Diagnostic::error(Code::PlaceholderNotAncestor, at, msg).step(id).hint(hint));
         }
     }
 }

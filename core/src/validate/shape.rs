@@ -36,11 +36,7 @@ impl Parsed {
     /// The plan, if every step deserialized; defaults applied.
     pub fn into_plan(self) -> Option<Plan> {
         let mut plan = self.header;
-        plan.steps = self
-            .slots
-            .into_iter()
-            .map(|s| s.step)
-            .collect::<Option<Vec<_>>>()?;
+        plan.steps = self.slots.into_iter().map(|s| s.step).collect::<Option<Vec<_>>>()?;
         plan.apply_defaults();
         Some(plan)
     }
@@ -49,11 +45,7 @@ impl Parsed {
 /// Reads the document; `None` when it is not a plan at all (not an object, or no usable `steps` array).
 pub(crate) fn read(document: &Value, limits: &Limits, out: &mut Vec<Diagnostic>) -> Option<Parsed> {
     let Some(root) = document.as_object() else {
-        out.push(Diagnostic::error(
-            Code::InvalidField,
-            "",
-            "a plan must be a JSON object with a `steps` array",
-        ));
+        out.push(Diagnostic::error(Code::InvalidField, "", "a plan must be a JSON object with a `steps` array"));
         return None;
     };
     let mut header_doc = root.clone();
@@ -62,10 +54,7 @@ pub(crate) fn read(document: &Value, limits: &Limits, out: &mut Vec<Diagnostic>)
     let steps_raw = match steps_raw {
         Some(Value::Array(items)) => items,
         Some(other) => {
-            let msg = format!(
-                "`steps` must be an array of steps, found {}",
-                type_name(&other)
-            );
+            let msg = format!("`steps` must be an array of steps, found {}", type_name(&other));
             out.push(Diagnostic::error(Code::InvalidField, "/steps", msg));
             return None;
         }
@@ -81,26 +70,14 @@ pub(crate) fn read(document: &Value, limits: &Limits, out: &mut Vec<Diagnostic>)
     let header = header.unwrap_or_else(|| lenient_header(root));
     check_version(&header, out);
     if steps_raw.is_empty() {
-        out.push(Diagnostic::error(
-            Code::NoSteps,
-            "/steps",
-            "a plan needs at least one step",
-        ));
+        out.push(Diagnostic::error(Code::NoSteps, "/steps", "a plan needs at least one step"));
     }
     if steps_raw.len() > limits.max_steps {
-        let msg = format!(
-            "the plan has {} steps; the limit is {}",
-            steps_raw.len(),
-            limits.max_steps
-        );
+        let msg = format!("the plan has {} steps; the limit is {}", steps_raw.len(), limits.max_steps);
         let hint = "split the work into several plans, or raise the configured step limit";
         out.push(Diagnostic::error(Code::TooManySteps, "/steps", msg).hint(hint));
     }
-    let slots = steps_raw
-        .iter()
-        .enumerate()
-        .map(|(index, raw)| slot(index, raw, out))
-        .collect();
+    let slots = steps_raw.iter().enumerate().map(|(index, raw)| slot(index, raw, out)).collect();
     Some(Parsed { header, slots })
 }
 
@@ -108,8 +85,7 @@ pub(crate) fn read(document: &Value, limits: &Limits, out: &mut Vec<Diagnostic>)
 /// the header does not hide the steps' problems. Only used after the header's own diagnostic was reported.
 fn lenient_header(root: &serde_json::Map<String, Value>) -> Plan {
     fn field<T: DeserializeOwned>(root: &serde_json::Map<String, Value>, name: &str) -> Option<T> {
-        root.get(name)
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
+        root.get(name).and_then(|v| serde_json::from_value(v.clone()).ok())
     }
     Plan {
         version: field(root, "version"),
@@ -126,10 +102,7 @@ fn check_version(header: &Plan, out: &mut Vec<Diagnostic>) {
         && version != PLAN_VERSION
     {
         let msg = format!("unsupported plan version `{version}`");
-        out.push(
-            Diagnostic::error(Code::UnsupportedVersion, "/version", msg)
-                .hint(format!("use `{PLAN_VERSION}`")),
-        );
+        out.push(Diagnostic::error(Code::UnsupportedVersion, "/version", msg).hint(format!("use `{PLAN_VERSION}`")));
     }
 }
 
@@ -138,34 +111,17 @@ fn slot(index: usize, raw: &Value, out: &mut Vec<Diagnostic>) -> Slot {
     let step: Option<Step> = typed(raw, &base, out);
     let lenient_id = || {
         let obj = raw.as_object()?;
-        obj.get("id")
-            .or_else(|| obj.get("step_id"))?
-            .as_str()
-            .map(str::to_owned)
+        obj.get("id").or_else(|| obj.get("step_id"))?.as_str().map(str::to_owned)
     };
     let lenient_deps = || {
         raw.get("depends_on")
             .and_then(Value::as_array)
-            .map(|deps| {
-                deps.iter()
-                    .filter_map(|d| d.as_str().map(str::to_owned))
-                    .collect()
-            })
+            .map(|deps| deps.iter().filter_map(|d| d.as_str().map(str::to_owned)).collect())
             .unwrap_or_default()
     };
     match step {
-        Some(step) => Slot {
-            index,
-            id: Some(step.id.clone()),
-            depends_on: step.depends_on.clone(),
-            step: Some(step),
-        },
-        None => Slot {
-            index,
-            id: lenient_id(),
-            depends_on: lenient_deps(),
-            step: None,
-        },
+        Some(step) => Slot { index, id: Some(step.id.clone()), depends_on: step.depends_on.clone(), step: Some(step) },
+        None => Slot { index, id: lenient_id(), depends_on: lenient_deps(), step: None },
     }
 }
 
@@ -204,12 +160,7 @@ fn segment_token(segment: &serde_path_to_error::Segment) -> Option<String> {
 fn unknown_field(message: &str) -> Option<(String, Vec<String>)> {
     let rest = message.strip_prefix("unknown field `")?;
     let end = rest.find('`')?;
-    let expected = rest[end..]
-        .split('`')
-        .skip(2)
-        .step_by(2)
-        .map(str::to_owned)
-        .collect();
+    let expected = rest[end..].split('`').skip(2).step_by(2).map(str::to_owned).collect();
     Some((rest[..end].to_owned(), expected))
 }
 
@@ -220,17 +171,12 @@ fn serde_diagnostic(
     unknown: Option<(String, Vec<String>)>,
     value: &Value,
 ) -> Diagnostic {
-    let step_id = at
-        .starts_with("/steps/")
-        .then(|| value.get("id").and_then(Value::as_str))
-        .flatten();
+    let step_id = at.starts_with("/steps/").then(|| value.get("id").and_then(Value::as_str)).flatten();
     let diagnostic = if let Some((field, expected)) = unknown {
         let d = Diagnostic::error(Code::UnknownField, at, message);
         match did_you_mean(&field, expected.iter().map(String::as_str)) {
             Some(s) => d.hint(format!("did you mean `{s}`?")),
-            None => {
-                d.hint("remove the field; unknown fields are errors because they are usually typos")
-            }
+            None => d.hint("remove the field; unknown fields are errors because they are usually typos"),
         }
     } else {
         let code = tokens

@@ -32,8 +32,7 @@ pub(crate) async fn claim<T: DialectTx>(
         let lease = Lease {
             run_id: row.run_id.clone(),
             step_id: row.step_id.clone(),
-            attempt: u32::try_from(row.attempt)
-                .map_err(|e| StoreError::corrupt("steps.attempt", e))?,
+            attempt: u32::try_from(row.attempt).map_err(|e| StoreError::corrupt("steps.attempt", e))?,
             worker_id: req.worker_id.clone(),
         };
         tx.attempt_insert(&lease, &row.action, req.now_ms).await?;
@@ -41,13 +40,7 @@ pub(crate) async fn claim<T: DialectTx>(
             tx.run_mark_running(&row.run_id, req.now_ms).await?;
         }
         let data = json!({"attempt": lease.attempt, "worker_id": req.worker_id});
-        events.push(event(
-            &row.run_id,
-            Some(&row.step_id),
-            "step_started",
-            data,
-            req.now_ms,
-        ));
+        events.push(event(&row.run_id, Some(&row.step_id), "step_started", data, req.now_ms));
         match resolve(tx, &row).await? {
             Ok(args) => out.push(claimed(row, lease, args, req.now_ms)?),
             Err(failure) => {
@@ -60,9 +53,7 @@ pub(crate) async fn claim<T: DialectTx>(
 
 fn claimed(row: ClaimedRow, lease: Lease, args: Value, now_ms: i64) -> StoreResult<Claimed> {
     let checkpoint = match row.checkpoint.as_deref() {
-        Some(text) => Some(
-            serde_json::from_str(text).map_err(|e| StoreError::corrupt("steps.checkpoint", e))?,
-        ),
+        Some(text) => Some(serde_json::from_str(text).map_err(|e| StoreError::corrupt("steps.checkpoint", e))?),
         None => None,
     };
     Ok(Claimed {
@@ -100,20 +91,13 @@ impl Scope for Outputs {
 }
 
 /// Resolves the row's args; `Ok(Err(failure))` when a placeholder cannot be resolved.
-async fn resolve<T: DialectTx>(
-    tx: &mut T,
-    row: &ClaimedRow,
-) -> StoreResult<Result<Value, Failure>> {
-    let args: Value =
-        serde_json::from_str(&row.args).map_err(|e| StoreError::corrupt("steps.args", e))?;
+async fn resolve<T: DialectTx>(tx: &mut T, row: &ClaimedRow) -> StoreResult<Result<Value, Failure>> {
+    let args: Value = serde_json::from_str(&row.args).map_err(|e| StoreError::corrupt("steps.args", e))?;
     let found = placeholder::references(&args);
     if found.is_empty() {
         return Ok(Ok(args));
     }
-    let mut outputs = Outputs {
-        input: Value::Null,
-        steps: HashMap::new(),
-    };
+    let mut outputs = Outputs { input: Value::Null, steps: HashMap::new() };
     let mut needs_input = false;
     for reference in found.iter().filter_map(|f| f.result.as_ref().ok()) {
         match &reference.root {
@@ -131,17 +115,12 @@ async fn resolve<T: DialectTx>(
         }
     }
     if needs_input {
-        let text = tx
-            .run_input(&row.run_id)
-            .await?
-            .unwrap_or_else(|| "null".into());
-        outputs.input =
-            serde_json::from_str(&text).map_err(|e| StoreError::corrupt("runs.input", e))?;
+        let text = tx.run_input(&row.run_id).await?.unwrap_or_else(|| "null".into());
+        outputs.input = serde_json::from_str(&text).map_err(|e| StoreError::corrupt("runs.input", e))?;
     }
     Ok(placeholder::resolve_args(&args, &outputs).map_err(|e| {
         let mut failure = Failure::new(codes::PLACEHOLDER_UNRESOLVED, e.to_string(), false);
-        failure.details =
-            json!({"placeholder": e.placeholder, "arg_path": e.arg_path, "reason": e.kind});
+        failure.details = json!({"placeholder": e.placeholder, "arg_path": e.arg_path, "reason": e.kind});
         failure
     }))
 }

@@ -24,13 +24,7 @@ pub(crate) async fn cancel_run<T: StepTx>(
         return Ok(false);
     }
     for (step_id, attempt, _) in tx.steps_cancel(run_id, now).await? {
-        events.push(event(
-            run_id,
-            Some(&step_id),
-            "step_cancelled",
-            json!({"attempt": attempt}),
-            now,
-        ));
+        events.push(event(run_id, Some(&step_id), "step_cancelled", json!({"attempt": attempt}), now));
     }
     tx.attempts_cancel(run_id, now).await?;
     events.push(event(run_id, None, "run_cancelled", json!({}), now));
@@ -72,27 +66,10 @@ pub(crate) async fn operate<T: StepTx>(
     let is_final = matches!(to, "skipped" | "failed");
     // Ready now, or at the step's `not_before` timer if that is later (applied in `STEP_OPERATOR`).
     let available_at = (to == "ready").then_some(now);
-    if !tx
-        .step_operator(
-            run_id,
-            step_id,
-            from,
-            to,
-            available_at,
-            is_final.then_some(now),
-            now,
-        )
-        .await?
-    {
+    if !tx.step_operator(run_id, step_id, from, to, available_at, is_final.then_some(now), now).await? {
         return Ok(false);
     }
-    events.push(event(
-        run_id,
-        Some(step_id),
-        kind,
-        json!({"by": actor}),
-        now,
-    ));
+    events.push(event(run_id, Some(step_id), kind, json!({"by": actor}), now));
     if is_final {
         after_final(tx, run_id, vec![step_id.to_owned()], now, events).await?;
     }
@@ -114,26 +91,15 @@ pub(crate) async fn reap<T: DialectTx>(
         let (code, message) = if row.deadline_at.is_some_and(|d| now >= d) {
             (codes::TIMEOUT, "the attempt ran past timeout_ms".to_owned())
         } else if let Some(ms) = row.heartbeat_timeout_ms {
-            (
-                codes::HEARTBEAT_TIMEOUT,
-                format!("no heartbeat for {ms} ms (heartbeat_timeout_ms)"),
-            )
+            (codes::HEARTBEAT_TIMEOUT, format!("no heartbeat for {ms} ms (heartbeat_timeout_ms)"))
         } else {
-            (
-                codes::LEASE_LOST,
-                "the worker stopped renewing its lease (crashed, frozen or partitioned)".to_owned(),
-            )
+            (codes::LEASE_LOST, "the worker stopped renewing its lease (crashed, frozen or partitioned)".to_owned())
         };
         let Some(worker_id) = row.lease_owner.clone() else {
             continue;
         };
         let attempt = u32::try_from(row.attempt).unwrap_or(u32::MAX);
-        let lease = Lease {
-            run_id: row.run_id.clone(),
-            step_id: row.step_id.clone(),
-            attempt,
-            worker_id,
-        };
+        let lease = Lease { run_id: row.run_id.clone(), step_id: row.step_id.clone(), attempt, worker_id };
         let failure = Failure::new(code, message, true);
         if fail(tx, &lease, &failure, sample, now, events).await? != Report::Stale {
             reaped += 1;

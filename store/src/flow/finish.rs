@@ -59,20 +59,13 @@ pub(crate) async fn complete<T: StepTx>(
     if text.len() > limits.max_output_bytes {
         let mut failure = Failure::new(
             codes::OUTPUT_TOO_LARGE,
-            format!(
-                "output of {} bytes exceeds the limit of {} bytes",
-                text.len(),
-                limits.max_output_bytes
-            ),
+            format!("output of {} bytes exceeds the limit of {} bytes", text.len(), limits.max_output_bytes),
             false,
         );
         failure.details = json!({"size_bytes": text.len(), "limit_bytes": limits.max_output_bytes});
         return fail_row(tx, lease, &row, &failure, 0.0, now, events).await;
     }
-    if !tx
-        .step_finish(lease, "succeeded", Some(&text), None, now)
-        .await?
-    {
+    if !tx.step_finish(lease, "succeeded", Some(&text), None, now).await? {
         return Ok(Report::Stale);
     }
     let close = AttemptClose {
@@ -86,13 +79,7 @@ pub(crate) async fn complete<T: StepTx>(
         degraded: None,
     };
     tx.attempt_close(lease, &close, now).await?;
-    events.push(event(
-        &lease.run_id,
-        Some(&lease.step_id),
-        "step_succeeded",
-        json!({"attempt": lease.attempt}),
-        now,
-    ));
+    events.push(event(&lease.run_id, Some(&lease.step_id), "step_succeeded", json!({"attempt": lease.attempt}), now));
     after_final(tx, &lease.run_id, vec![lease.step_id.clone()], now, events).await?;
     Ok(Report::Succeeded)
 }
@@ -122,29 +109,19 @@ async fn fail_row<T: StepTx>(
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<Report> {
-    let policy: RetryPolicy =
-        serde_json::from_str(&row.retry).map_err(|e| StoreError::corrupt("steps.retry", e))?;
+    let policy: RetryPolicy = serde_json::from_str(&row.retry).map_err(|e| StoreError::corrupt("steps.retry", e))?;
     let decision = after_failure(
-        FailedAttempt {
-            policy: &policy,
-            attempt: lease.attempt,
-            idempotent: row.idempotent != 0,
-            failure,
-        },
+        FailedAttempt { policy: &policy, attempt: lease.attempt, idempotent: row.idempotent != 0, failure },
         sample,
     );
     let mut record = failure_record(lease, row, failure, now);
     if decision == AfterFailure::Fail && failure.retryable && lease.attempt >= policy.max_attempts {
-        record.message = format!(
-            "{} (retries exhausted after {} attempts)",
-            record.message, lease.attempt
-        );
+        record.message = format!("{} (retries exhausted after {} attempts)", record.message, lease.attempt);
     }
     if decision == AfterFailure::OutcomeUnknown {
         record.suggestion = cairn_core::failure::Suggestion::AskUser;
     }
-    let record_text =
-        serde_json::to_string(&record).map_err(|e| StoreError::corrupt("failure record", e))?;
+    let record_text = serde_json::to_string(&record).map_err(|e| StoreError::corrupt("failure record", e))?;
     let close = AttemptClose {
         status: "failed",
         failure_code: Some(record.code.clone()),
@@ -152,9 +129,7 @@ async fn fail_row<T: StepTx>(
         failure_details: Some(record.details.to_string()),
         retryable: Some(i64::from(record.retryable)),
         retry_after_ms: record.retry_after_ms.and_then(|ms| i64::try_from(ms).ok()),
-        suggestion: serde_json::to_value(record.suggestion)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned)),
+        suggestion: serde_json::to_value(record.suggestion).ok().and_then(|v| v.as_str().map(str::to_owned)),
         degraded: Some(i64::from(record.degraded)),
     };
     let data = json!({"attempt": lease.attempt, "code": record.code, "message": record.message});
@@ -167,45 +142,21 @@ async fn fail_row<T: StepTx>(
             }
             let mut data = data;
             data["next_attempt_at"] = json!(at);
-            events.push(event(
-                &lease.run_id,
-                Some(&lease.step_id),
-                "step_retry_scheduled",
-                data,
-                now,
-            ));
+            events.push(event(&lease.run_id, Some(&lease.step_id), "step_retry_scheduled", data, now));
             Report::RetryScheduled
         }
         AfterFailure::Fail => {
-            if !tx
-                .step_finish(lease, "failed", None, Some(&record_text), now)
-                .await?
-            {
+            if !tx.step_finish(lease, "failed", None, Some(&record_text), now).await? {
                 return Ok(Report::Stale);
             }
-            events.push(event(
-                &lease.run_id,
-                Some(&lease.step_id),
-                "step_failed",
-                data,
-                now,
-            ));
+            events.push(event(&lease.run_id, Some(&lease.step_id), "step_failed", data, now));
             Report::Failed
         }
         AfterFailure::OutcomeUnknown => {
-            if !tx
-                .step_finish(lease, "outcome_unknown", None, Some(&record_text), now)
-                .await?
-            {
+            if !tx.step_finish(lease, "outcome_unknown", None, Some(&record_text), now).await? {
                 return Ok(Report::Stale);
             }
-            events.push(event(
-                &lease.run_id,
-                Some(&lease.step_id),
-                "step_outcome_unknown",
-                data,
-                now,
-            ));
+            events.push(event(&lease.run_id, Some(&lease.step_id), "step_outcome_unknown", data, now));
             Report::OutcomeUnknown
         }
     };

@@ -29,13 +29,7 @@ pub(crate) fn event(
     data: serde_json::Value,
     at: i64,
 ) -> EventInsert {
-    EventInsert {
-        run_id: run_id.into(),
-        step_id: step_id.map(str::to_owned),
-        kind,
-        data: data.to_string(),
-        at,
-    }
+    EventInsert { run_id: run_id.into(), step_id: step_id.map(str::to_owned), kind, data: data.to_string(), at }
 }
 
 /// RFC 3339 text of a millisecond timestamp, for failure records.

@@ -20,9 +20,13 @@ use crate::tx::StepTx;
 
 /// What was decided for a candidate.
 enum Decision {
-    Ready { available_at: i64 },
+    Ready {
+        available_at: i64,
+    },
     /// `deadline`: entry + `approval.timeout_ms`, kept in `available_at` (see `flow::approval`).
-    WaitingApproval { deadline: Option<i64> },
+    WaitingApproval {
+        deadline: Option<i64>,
+    },
     Skipped(&'static str),
     Failed(Failure),
 }
@@ -41,10 +45,7 @@ pub(crate) async fn decide<T: StepTx>(
         let statuses = tx.parent_statuses(run_id, &c.step_id).await?;
         let statuses = statuses
             .iter()
-            .map(|s| {
-                s.parse::<StepStatus>()
-                    .map_err(|e| StoreError::corrupt("steps.status", e))
-            })
+            .map(|s| s.parse::<StepStatus>().map_err(|e| StoreError::corrupt("steps.status", e)))
             .collect::<StoreResult<Vec<_>>>()?;
         let rule: TriggerRule = serde_json::from_value(Value::String(c.trigger_rule.clone()))
             .map_err(|e| StoreError::corrupt("steps.trigger_rule", e))?;
@@ -56,9 +57,7 @@ pub(crate) async fn decide<T: StepTx>(
                 Some(expr) => match evaluate_when(tx, run_id, expr, &mut input).await? {
                     Ok(true) => runnable(&c, now),
                     Ok(false) => Decision::Skipped("`when` was false"),
-                    Err(message) => {
-                        Decision::Failed(Failure::new(codes::CONDITION_ERROR, message, false))
-                    }
+                    Err(message) => Decision::Failed(Failure::new(codes::CONDITION_ERROR, message, false)),
                 },
             },
         };
@@ -77,9 +76,7 @@ fn runnable(c: &ChildRow, now: i64) -> Decision {
         let timeout = approval.get("timeout_ms").and_then(Value::as_i64);
         Decision::WaitingApproval { deadline: timeout.map(|ms| now.saturating_add(ms)) }
     } else {
-        Decision::Ready {
-            available_at: c.not_before_at.unwrap_or(now).max(now),
-        }
+        Decision::Ready { available_at: c.not_before_at.unwrap_or(now).max(now) }
     }
 }
 
@@ -93,15 +90,8 @@ async fn apply<T: StepTx>(
     finals: &mut Vec<String>,
 ) -> StoreResult<()> {
     let (status, available_at, error, data) = match &decision {
-        Decision::Ready { available_at } => (
-            "ready",
-            Some(*available_at),
-            None,
-            json!({"available_at": available_at}),
-        ),
-        Decision::WaitingApproval { deadline } => {
-            ("waiting_approval", *deadline, None, json!({"deadline": deadline}))
-        }
+        Decision::Ready { available_at } => ("ready", Some(*available_at), None, json!({"available_at": available_at})),
+        Decision::WaitingApproval { deadline } => ("waiting_approval", *deadline, None, json!({"deadline": deadline})),
         Decision::Skipped(reason) => ("skipped", None, None, json!({"reason": reason})),
         Decision::Failed(f) => {
             let record = json!({"code": f.code, "message": f.message, "retryable": false, "suggestion": "replan"});
@@ -110,18 +100,7 @@ async fn apply<T: StepTx>(
     };
     let is_final = matches!(decision, Decision::Skipped(_) | Decision::Failed(_));
     let finished_at = is_final.then_some(now);
-    if tx
-        .step_decide(
-            run_id,
-            step_id,
-            status,
-            available_at,
-            error.as_deref(),
-            finished_at,
-            now,
-        )
-        .await?
-    {
+    if tx.step_decide(run_id, step_id, status, available_at, error.as_deref(), finished_at, now).await? {
         let kind = match status {
             "ready" => "step_ready",
             "waiting_approval" => "step_waiting_approval",
@@ -152,8 +131,7 @@ async fn evaluate_when<T: StepTx>(
     for id in condition.step_references() {
         if let Some(state) = tx.step_state(run_id, &id).await? {
             let output = match state.output {
-                Some(text) => serde_json::from_str(&text)
-                    .map_err(|e| StoreError::corrupt("steps.output", e))?,
+                Some(text) => serde_json::from_str(&text).map_err(|e| StoreError::corrupt("steps.output", e))?,
                 None => Value::Null,
             };
             steps.insert(id, json!({"output": output, "status": state.status}));
@@ -161,13 +139,9 @@ async fn evaluate_when<T: StepTx>(
     }
     if input.is_none() {
         let text = tx.run_input(run_id).await?.unwrap_or_else(|| "null".into());
-        *input =
-            Some(serde_json::from_str(&text).map_err(|e| StoreError::corrupt("runs.input", e))?);
+        *input = Some(serde_json::from_str(&text).map_err(|e| StoreError::corrupt("runs.input", e))?);
     }
-    let scope = ConditionScope {
-        input: input.clone().unwrap_or(Value::Null),
-        steps,
-    };
+    let scope = ConditionScope { input: input.clone().unwrap_or(Value::Null), steps };
     Ok(condition.evaluate(&scope).map_err(|e| e.to_string()))
 }
 
@@ -184,10 +158,7 @@ pub(crate) async fn after_final<T: StepTx>(
     let mut work = finished;
     while let Some(parent) = work.pop() {
         let released = tx.children_release(run_id, &parent).await?;
-        let ready: Vec<ChildRow> = released
-            .into_iter()
-            .filter(|c| c.pending_deps == 0)
-            .collect();
+        let ready: Vec<ChildRow> = released.into_iter().filter(|c| c.pending_deps == 0).collect();
         let finals = decide(tx, run_id, ready, now, events).await?;
         closed += i64::try_from(finals.len()).unwrap_or(0);
         work.extend(finals);
@@ -204,10 +175,7 @@ pub(crate) async fn close_run<T: StepTx>(
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
     let Some((open, cancel_requested)) = tx.run_close_steps(run_id, closed, now).await? else {
-        return Err(StoreError::corrupt(
-            "runs",
-            format!("run {run_id} vanished while finishing a step"),
-        ));
+        return Err(StoreError::corrupt("runs", format!("run {run_id} vanished while finishing a step")));
     };
     if open > 0 || cancel_requested != 0 {
         return Ok(());
@@ -215,23 +183,13 @@ pub(crate) async fn close_run<T: StepTx>(
     let failed = tx.run_failed_steps(run_id).await?;
     let status = run_outcome(false, failed.len());
     let failure = failed.first().map(|(step_id, error)| {
-        let record = error
-            .as_deref()
-            .and_then(|e| serde_json::from_str::<Value>(e).ok())
-            .unwrap_or(Value::Null);
+        let record = error.as_deref().and_then(|e| serde_json::from_str::<Value>(e).ok()).unwrap_or(Value::Null);
         json!({"step_id": step_id, "code": record.get("code"), "message": record.get("message"),
                "suggestion": record.get("suggestion"), "failed_steps": failed.len()})
     });
     let failure_text = failure.as_ref().map(Value::to_string);
-    if tx
-        .run_finish(run_id, status.as_str(), failure_text.as_deref(), now)
-        .await?
-    {
-        let kind = if status == RunStatus::Succeeded {
-            "run_succeeded"
-        } else {
-            "run_failed"
-        };
+    if tx.run_finish(run_id, status.as_str(), failure_text.as_deref(), now).await? {
+        let kind = if status == RunStatus::Succeeded { "run_succeeded" } else { "run_failed" };
         events.push(event(run_id, None, kind, failure.unwrap_or(json!({})), now));
     }
     Ok(())

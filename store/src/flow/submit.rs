@@ -19,10 +19,7 @@ use crate::tx::StepTx;
 
 /// Content hash of a plan body: lowercase hex SHA-256.
 pub(crate) fn plan_id(body: &str) -> String {
-    Sha256::digest(body.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    Sha256::digest(body.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub(crate) async fn create<T: StepTx>(
@@ -43,30 +40,14 @@ pub(crate) async fn create<T: StepTx>(
         });
     }
     let now = run.now_ms;
-    let context = serde_json::to_string(&run.plan.context)
-        .map_err(|e| StoreError::corrupt("plan.context", e))?;
+    let context = serde_json::to_string(&run.plan.context).map_err(|e| StoreError::corrupt("plan.context", e))?;
     let steps = i64::try_from(run.plan.steps.len()).unwrap_or(i64::MAX);
     tx.plan_insert(&plan_id, &body, now).await?;
-    tx.run_insert(
-        &run.run_id,
-        &plan_id,
-        &input,
-        &context,
-        run.idempotency_key.as_deref(),
-        steps,
-        now,
-    )
-    .await?;
+    tx.run_insert(&run.run_id, &plan_id, &input, &context, run.idempotency_key.as_deref(), steps, now).await?;
     let rows = step_rows(run)?;
     tx.steps_insert(&run.run_id, &rows, now).await?;
     tx.edges_insert(&run.run_id, &edges(run)).await?;
-    events.push(event(
-        &run.run_id,
-        None,
-        "run_created",
-        json!({"plan_id": plan_id, "steps": steps}),
-        now,
-    ));
+    events.push(event(&run.run_id, None, "run_created", json!({"plan_id": plan_id, "steps": steps}), now));
     let roots: Vec<ChildRow> = rows
         .iter()
         .filter(|r| r.dep_count == 0)
@@ -105,9 +86,7 @@ fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
             trigger_rule: step.effective_trigger_rule_name(),
             idempotent: i64::from(step.idempotent.unwrap_or(false)),
             timeout_ms: i64::try_from(step.effective_timeout_ms()).unwrap_or(i64::MAX),
-            heartbeat_timeout_ms: step
-                .heartbeat_timeout_ms
-                .and_then(|ms| i64::try_from(ms).ok()),
+            heartbeat_timeout_ms: step.heartbeat_timeout_ms.and_then(|ms| i64::try_from(ms).ok()),
             retry: serde_json::to_string(&retry).map_err(|e| StoreError::corrupt("retry", e))?,
             approval: step.approval.as_ref().map(|a| json!(a).to_string()),
             dep_count: i64::try_from(deps.len()).unwrap_or(i64::MAX),
@@ -122,11 +101,7 @@ fn edges(run: &NewRun) -> Vec<(String, String)> {
     let known: HashMap<&str, ()> = run.plan.steps.iter().map(|s| (s.id.as_str(), ())).collect();
     let mut out = Vec::new();
     for step in &run.plan.steps {
-        let mut deps: Vec<&String> = step
-            .depends_on
-            .iter()
-            .filter(|d| known.contains_key(d.as_str()))
-            .collect();
+        let mut deps: Vec<&String> = step.depends_on.iter().filter(|d| known.contains_key(d.as_str())).collect();
         deps.sort();
         deps.dedup();
         out.extend(deps.into_iter().map(|d| (d.clone(), step.id.clone())));
