@@ -3,6 +3,17 @@
 //! Thin by design: parse arguments, load settings once, call the library crates, map outcomes to exit codes.
 //! Exit codes: 0 success, 1 the subject is invalid or the run failed, 2 usage or I/O error, 3 run cancelled.
 
+/// `println!` that treats a closed stdout (`cairn schema plan | head`) as the end of the output instead of a
+/// panic: the reader has what it wanted, so the command stops quietly.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            crate::stdout_failed(&e);
+        }
+    }};
+}
+
 mod client;
 mod command;
 mod demo;
@@ -68,6 +79,8 @@ enum Command {
     Approvals(command::schedule::ApprovalsArgs),
     /// Run a worker process serving the built-in actions to an orchestrator (until SIGTERM or ctrl-c).
     Worker(command::worker::Args),
+    /// Benchmark: a real orchestrator and real worker processes over gRPC (`chain`, `fanout`, `throughput`, `all`).
+    Bench(command::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -113,6 +126,7 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Retry(args) => command::runs::decide("retry", args, &settings).await,
             Command::Skip(args) => command::runs::decide("skip", args, &settings).await,
             Command::Worker(args) => command::worker::run(args, &settings).await,
+            Command::Bench(args) => command::bench::run(args).await,
             Command::Schedule(args) => command::schedule::run(args, &settings).await,
             Command::Approvals(args) => command::schedule::approvals(args, &settings).await,
             Command::Validate(_) | Command::Schema(_) => unreachable!("handled synchronously"),
@@ -134,4 +148,13 @@ fn service_name(command: &Command) -> &'static str {
         Command::Worker(_) => "cairn-worker",
         _ => "cairn",
     }
+}
+
+/// Exits quietly when the reader of stdout went away; otherwise reports the error (exit code 2).
+pub(crate) fn stdout_failed(e: &std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("error: writing to standard output: {e}");
+    std::process::exit(2);
 }

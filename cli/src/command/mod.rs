@@ -1,5 +1,6 @@
 //! One module per subcommand (client commands over the REST API share `runs`).
 
+pub mod bench;
 pub mod plan;
 pub mod run;
 pub mod runs;

@@ -103,7 +103,7 @@ pub async fn run(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode
             std::fs::write(path, format!("{pretty}\n")).with_context(|| format!("writing {}", path.display()))?;
             eprintln!("plan written to {}", path.display());
         }
-        None => println!("{pretty}"),
+        None => out!("{pretty}"),
     }
     if !args.submit {
         return Ok(ExitCode::SUCCESS);
@@ -239,6 +239,6 @@ async fn submit(client: &Client, plan: Value, follow: bool) -> anyhow::Result<Ex
     }
     anyhow::ensure!(status.is_success(), "{status}: {}", run["message"].as_str().unwrap_or("submit failed"));
     let id = run["id"].as_str().unwrap_or_default().to_owned();
-    println!("run {id} submitted ({} steps)", run["steps"].as_array().map_or(0, Vec::len));
+    out!("run {id} submitted ({} steps)", run["steps"].as_array().map_or(0, Vec::len));
     if follow { watch(client, &id, false).await } else { Ok(ExitCode::SUCCESS) }
 }

@@ -77,7 +77,7 @@ async fn follow(client: &Client, args: &Args, plan: Value) -> anyhow::Result<Exi
     }
     let id = run["id"].as_str().unwrap_or_default().to_owned();
     if !args.json {
-        println!("run {id} submitted ({} steps)", run["steps"].as_array().map_or(0, Vec::len));
+        out!("run {id} submitted ({} steps)", run["steps"].as_array().map_or(0, Vec::len));
     }
     watch(client, &id, args.json).await
 }
@@ -94,7 +94,7 @@ pub async fn watch(client: &Client, id: &str, json: bool) -> anyhow::Result<Exit
         let status = run["status"].as_str().unwrap_or("");
         if matches!(status, "succeeded" | "failed" | "cancelled") {
             if json {
-                println!("{}", serde_json::to_string_pretty(&run)?);
+                out!("{}", serde_json::to_string_pretty(&run)?);
             } else {
                 print_summary(&run);
             }
@@ -124,7 +124,7 @@ fn progress(run: &Value, seen: &mut HashMap<String, String>) {
             "succeeded" => format!(" ({} attempt(s))", step["attempts"]),
             _ => String::new(),
         };
-        println!("  {:<16} {status}{detail}", id);
+        out!("  {:<16} {status}{detail}", id);
         seen.insert(id, status);
     }
     let _ = json!(null);

@@ -69,9 +69,9 @@ pub fn print_diagnostics(answer: &Value) {
 
 /// Prints a finished (or current) run: status, root cause, then each step with attempts and failure records.
 pub fn print_summary(run: &Value) {
-    println!("run {}: {}", run["id"].as_str().unwrap_or("?"), run["status"].as_str().unwrap_or("?"));
+    out!("run {}: {}", run["id"].as_str().unwrap_or("?"), run["status"].as_str().unwrap_or("?"));
     if let Some(failure) = run["failure"].as_object() {
-        println!(
+        out!(
             "  root cause: step `{}` {}: {} (suggestion: {})",
             failure.get("step_id").and_then(Value::as_str).unwrap_or("?"),
             failure.get("code").and_then(Value::as_str).unwrap_or("?"),
@@ -81,14 +81,14 @@ pub fn print_summary(run: &Value) {
     }
     for step in run["steps"].as_array().into_iter().flatten() {
         let timer = step["timer"]["local"].as_str().map(|t| format!("  timer {t}")).unwrap_or_default();
-        println!(
+        out!(
             "  {:<16} {:<16} attempts {}{timer}",
             step["id"].as_str().unwrap_or("?"),
             step["status"].as_str().unwrap_or("?"),
             step["attempts"]
         );
         for f in step["failures"].as_array().into_iter().flatten() {
-            println!(
+            out!(
                 "      attempt {}: {} — {} (retryable {}, suggestion {})",
                 f["attempt"],
                 f["code"].as_str().unwrap_or("?"),
@@ -149,9 +149,9 @@ pub async fn submit(args: &SubmitArgs, settings: &Settings) -> anyhow::Result<Ex
     }
     anyhow::ensure!(status.is_success(), "{status}: {}", run["message"].as_str().unwrap_or("submit failed"));
     if args.target.json {
-        println!("{}", serde_json::to_string_pretty(&run)?);
+        out!("{}", serde_json::to_string_pretty(&run)?);
     } else {
-        println!("{}", run["id"].as_str().unwrap_or_default());
+        out!("{}", run["id"].as_str().unwrap_or_default());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -178,11 +178,11 @@ pub async fn list(args: &ListArgs, settings: &Settings) -> anyhow::Result<ExitCo
     }
     let answer = client.get(&path).await?;
     if args.target.json {
-        println!("{}", serde_json::to_string_pretty(&answer["runs"])?);
+        out!("{}", serde_json::to_string_pretty(&answer["runs"])?);
         return Ok(ExitCode::SUCCESS);
     }
     for run in answer["runs"].as_array().into_iter().flatten() {
-        println!(
+        out!(
             "{}  {:<10} steps {:>5}  open {:>5}",
             run["id"].as_str().unwrap_or("?"),
             run["status"].as_str().unwrap_or("?"),
@@ -206,7 +206,7 @@ pub struct RunArgs {
 pub async fn show(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let run = args.target.client(settings)?.get(&format!("/v1/runs/{}", args.run)).await?;
     if args.target.json {
-        println!("{}", serde_json::to_string_pretty(&run)?);
+        out!("{}", serde_json::to_string_pretty(&run)?);
     } else {
         print_summary(&run);
     }
@@ -217,7 +217,7 @@ pub async fn show(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCod
 pub async fn logs(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let answer = args.target.client(settings)?.get(&format!("/v1/runs/{}/events", args.run)).await?;
     if args.target.json {
-        println!("{}", serde_json::to_string_pretty(&answer["events"])?);
+        out!("{}", serde_json::to_string_pretty(&answer["events"])?);
         return Ok(ExitCode::SUCCESS);
     }
     for e in answer["events"].as_array().into_iter().flatten() {
@@ -226,7 +226,7 @@ pub async fn logs(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCod
             .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
             .map(|t| t.to_string())
             .unwrap_or_default();
-        println!(
+        out!(
             "{at}  {:<24} {:<16} {}",
             e["kind"].as_str().unwrap_or("?"),
             e["step_id"].as_str().unwrap_or("-"),
@@ -239,7 +239,7 @@ pub async fn logs(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCod
 /// `cairn cancel RUN`: exit 0 when cancelled.
 pub async fn cancel(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:cancel", args.run), None).await?;
-    println!("run {}: {}", args.run, run["status"].as_str().unwrap_or("?"));
+    out!("run {}: {}", args.run, run["status"].as_str().unwrap_or("?"));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -262,6 +262,6 @@ pub async fn decide(verb: &str, args: &StepArgs, settings: &Settings) -> anyhow:
     let path = format!("/v1/runs/{}/steps/{}:{verb}", args.run, args.step);
     let run = args.target.client(settings)?.post(&path, Some(&json!({"by": args.by}))).await?;
     let step = run["steps"].as_array().into_iter().flatten().find(|s| s["id"] == args.step.as_str());
-    println!("step {}: {}", args.step, step.and_then(|s| s["status"].as_str()).unwrap_or("?"));
+    out!("step {}: {}", args.step, step.and_then(|s| s["status"].as_str()).unwrap_or("?"));
     Ok(ExitCode::SUCCESS)
 }

@@ -103,7 +103,7 @@ pub async fn run(args: &Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         Command::List(a) => {
             let answer = a.target.client(settings)?.get("/v1/schedules").await?;
             if a.target.json {
-                println!("{}", serde_json::to_string_pretty(&answer["schedules"])?);
+                out!("{}", serde_json::to_string_pretty(&answer["schedules"])?);
             } else {
                 for s in answer["schedules"].as_array().into_iter().flatten() {
                     print_line(s);
@@ -126,17 +126,17 @@ pub async fn run(args: &Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             let client = a.target.client(settings)?;
             let (status, body) = client.call(reqwest::Method::DELETE, &format!("/v1/schedules/{}", a.id), None).await?;
             anyhow::ensure!(status.is_success(), "{status}: {}", body["message"].as_str().unwrap_or("delete failed"));
-            println!("schedule {} deleted", a.id);
+            out!("schedule {} deleted", a.id);
             Ok(ExitCode::SUCCESS)
         }
         Command::Next(a) => {
             let path = format!("/v1/schedules/{}/next?count={}", a.id, a.count);
             let answer = a.target.client(settings)?.get(&path).await?;
             if a.target.json {
-                println!("{}", serde_json::to_string_pretty(&answer)?);
+                out!("{}", serde_json::to_string_pretty(&answer)?);
             } else {
                 for fire in answer["next"].as_array().into_iter().flatten() {
-                    println!("{}  {}", fire["at"].as_str().unwrap_or("?"), fire["local"].as_str().unwrap_or(""));
+                    out!("{}  {}", fire["at"].as_str().unwrap_or("?"), fire["local"].as_str().unwrap_or(""));
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -173,7 +173,7 @@ async fn create(a: &CreateArgs, settings: &Settings) -> anyhow::Result<ExitCode>
 
 fn print_line(s: &Value) {
     let state = if s["paused"] == true { "paused" } else { "active" };
-    println!(
+    out!(
         "{:<24} {:<16} {:<20} {:<7} next {}",
         s["id"].as_str().unwrap_or("?"),
         s["cron"].as_str().unwrap_or("?"),
@@ -185,11 +185,11 @@ fn print_line(s: &Value) {
 
 fn print_one(s: &Value, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(s)?);
+        out!("{}", serde_json::to_string_pretty(s)?);
         return Ok(());
     }
     print_line(s);
-    println!(
+    out!(
         "  overlap {}  misfire {} (catch_up_max {})  last run {}",
         s["overlap"].as_str().unwrap_or("?"),
         s["misfire"].as_str().unwrap_or("?"),
@@ -197,7 +197,7 @@ fn print_one(s: &Value, json: bool) -> anyhow::Result<()> {
         s["last_run_id"].as_str().unwrap_or("-")
     );
     for t in s["ticks"].as_array().into_iter().flatten() {
-        println!(
+        out!(
             "  tick {}  {:<16} {}",
             t["fire_at"].as_str().unwrap_or("?"),
             t["outcome"].as_str().unwrap_or("?"),
@@ -221,14 +221,14 @@ pub struct ApprovalsArgs {
 pub async fn approvals(args: &ApprovalsArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let answer = args.target.client(settings)?.get(&format!("/v1/approvals?limit={}", args.limit)).await?;
     if args.target.json {
-        println!("{}", serde_json::to_string_pretty(&answer["approvals"])?);
+        out!("{}", serde_json::to_string_pretty(&answer["approvals"])?);
         return Ok(ExitCode::SUCCESS);
     }
     let time = |v: &Value| {
         v.as_i64().and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok()).map_or("-".to_owned(), |t| t.to_string())
     };
     for a in answer["approvals"].as_array().into_iter().flatten() {
-        println!(
+        out!(
             "{}  {:<16} {:<16} since {}  deadline {} ({})",
             a["run_id"].as_str().unwrap_or("?"),
             a["step_id"].as_str().unwrap_or("?"),

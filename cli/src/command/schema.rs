@@ -28,6 +28,6 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Subject::Plan => plan_schema(),
         Subject::Actions => serde_json::to_value(builtin_specs())?,
     };
-    println!("{}", serde_json::to_string_pretty(&value)?);
+    out!("{}", serde_json::to_string_pretty(&value)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -62,7 +62,7 @@ pub async fn serve(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCo
         bail!("`cairn serve` needs CAIRN_API_TOKEN and CAIRN_WORKER_TOKEN (auth is off only in `cairn dev`)");
     }
     let server = Server::start(server_config(&settings, true), Arc::new(SystemClock)).await?;
-    println!("Cairn orchestrator: API http://{}  worker gRPC http://{}", server.http_addr, server.grpc_addr);
+    out!("Cairn orchestrator: API http://{}  worker gRPC http://{}", server.http_addr, server.grpc_addr);
     tokio::signal::ctrl_c().await?;
     server.shutdown();
     Ok(ExitCode::SUCCESS)
@@ -72,7 +72,7 @@ pub async fn serve(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCo
 pub async fn dev(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode> {
     args.apply(&mut settings);
     let app = embedded::start(&settings, args.demo).await?;
-    println!("Cairn dev: API {}  (database {}, worker in-process)", app.url(), settings.db);
+    out!("Cairn dev: API {}  (database {}, worker in-process)", app.url(), settings.db);
     tokio::signal::ctrl_c().await?;
     app.shutdown().await;
     Ok(ExitCode::SUCCESS)

@@ -67,7 +67,7 @@ fn read(file: &PathBuf) -> anyhow::Result<(String, String)> {
 
 fn print_json(name: &str, report: &Report) -> anyhow::Result<()> {
     let value = serde_json::json!({"file": name, "valid": report.valid, "diagnostics": report.diagnostics});
-    println!("{}", serde_json::to_string(&value)?);
+    out!("{}", serde_json::to_string(&value)?);
     Ok(())
 }
 
@@ -75,12 +75,12 @@ fn print_text(name: &str, report: &Report) {
     let errors = report.errors().count();
     let warnings = report.diagnostics.len() - errors;
     if report.valid {
-        println!("{name}: valid ({warnings} warning(s))");
+        out!("{name}: valid ({warnings} warning(s))");
     } else {
-        println!("{name}: invalid ({errors} error(s), {warnings} warning(s))");
+        out!("{name}: invalid ({errors} error(s), {warnings} warning(s))");
     }
     for d in &report.diagnostics {
-        println!("{}", render(d));
+        out!("{}", render(d));
     }
 }
 

@@ -70,7 +70,7 @@ pub async fn run(args: &Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         config.worker_id.clone_from(id);
     }
     let names: Vec<String> = config.actions.iter().map(|a| a.spec().name).collect();
-    println!(
+    out!(
         "Cairn worker {}: serving {} to {} (concurrency {})",
         config.worker_id,
         names.join(", "),
