@@ -31,8 +31,10 @@ fn typed_accepts(name: &str, args: &Value) -> bool {
 fn the_registry_serves_every_builtin_of_the_catalog_with_the_same_effect() {
     let served = registry(&ActionsConfig::default());
     let names: BTreeSet<String> = served.iter().map(|a| a.spec().name).collect();
-    let catalog: BTreeSet<String> = builtin_specs().into_iter().map(|s| s.name).collect();
-    assert_eq!(names, catalog, "the worker serves what the validator accepts");
+    // `event.wait` is carried out by the orchestrator itself (it waits for `POST /v1/events`), never by a worker.
+    let catalog: BTreeSet<String> =
+        builtin_specs().into_iter().map(|s| s.name).filter(|name| name != "event.wait").collect();
+    assert_eq!(names, catalog, "the worker serves every worker-side action the validator accepts");
     for action in &served {
         let spec = action.spec();
         let builtin = builtin_specs().into_iter().find(|s| s.name == spec.name).expect("listed");
