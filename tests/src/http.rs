@@ -455,11 +455,7 @@ impl Stub {
                 (status, axum::Json(answer)).into_response()
             }
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free port");
-        let addr = listener.local_addr().expect("a local address");
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (addr, task) = serve_local(app).await;
         Stub { addr, calls, task }
     }
 
@@ -483,4 +479,14 @@ impl Drop for Stub {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// Serves `app` on a free port of 127.0.0.1; returns the address and the server task (abort it to stop).
+pub async fn serve_local(app: axum::Router) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free port");
+    let addr = listener.local_addr().expect("a local address");
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, task)
 }

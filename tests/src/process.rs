@@ -407,11 +407,7 @@ impl Endpoint {
             let (calls, respond) = (recorder.clone(), respond.clone());
             async move { handle(calls, respond, method, uri, headers, body).await }
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free port");
-        let addr = listener.local_addr().expect("a local address");
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (addr, task) = crate::http::serve_local(app).await;
         Endpoint { addr, calls, task }
     }
 
