@@ -18,6 +18,9 @@ pub enum StoreError {
         /// Why it is unusable.
         message: String,
     },
+    /// The engine stopped before the operation was written (shutting down). Retryable: nothing was recorded.
+    #[error("the orchestrator is stopping; nothing was recorded")]
+    Stopped,
     /// The database URL is not `sqlite:…` or `postgres://…`. Not retryable.
     #[error("unsupported database URL `{0}`: use sqlite:PATH or postgres://…")]
     UnsupportedUrl(String),
@@ -26,7 +29,7 @@ pub enum StoreError {
 impl StoreError {
     /// Whether repeating the whole operation may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Database(_))
+        matches!(self, StoreError::Database(_) | StoreError::Stopped)
     }
 
     pub(crate) fn corrupt(what: &'static str, message: impl std::fmt::Display) -> Self {

@@ -30,6 +30,7 @@ mod tx;
 use sqlx::{PgPool, SqlitePool};
 
 pub use error::{StoreError, StoreResult};
+pub use flow::batch::Handoff;
 pub use flow::control::OperatorAction;
 pub use flow::finish::{Report, ReportLimits};
 pub use model::*;
@@ -189,6 +190,45 @@ impl Store {
         now_ms: i64,
     ) -> StoreResult<Report> {
         in_tx!(self, |tx, events| flow::finish::fail(&mut tx, lease, failure, sample, now_ms, &mut events).await?)
+    }
+
+    /// Applies a batch of reports, then of claims, in one transaction (group commit), then claims up to what
+    /// `handoff` asks for in the same transaction. Each report is decided exactly as [`Store::complete`] or
+    /// [`Store::fail`] would, each claim as [`Store::claim`]; the outcomes come back in input order.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable: nothing of the batch was recorded; resend every report). Any error
+    /// rolls back the whole batch; the caller may then apply the reports one by one to isolate a bad one.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn report_batch(
+        &self,
+        items: &[ReportItem],
+        claims: &[ClaimRequest],
+        limits: ReportLimits,
+        lease_ttl_ms: i64,
+        now_ms: i64,
+        handoff: flow::batch::Handoff<'_>,
+    ) -> StoreResult<BatchOutcome> {
+        in_tx!(self, |tx, events| flow::batch::report_batch(
+            &mut tx,
+            items,
+            claims,
+            limits,
+            lease_ttl_ms,
+            now_ms,
+            handoff,
+            &mut events
+        )
+        .await?)
+    }
+
+    /// Undoes claims that never reached a worker: the steps are ready again, due now, and the attempts are
+    /// given back. Returns how many were undone; leases that already ended are left alone.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable). If it cannot be applied, the leases expire and the reaper decides.
+    pub async fn unclaim(&self, leases: &[Lease], now_ms: i64) -> StoreResult<usize> {
+        in_tx!(self, |tx, events| flow::claim::unclaim(&mut tx, leases, now_ms, &mut events).await?)
     }
 
     /// Extends `lease` (and saves `checkpoint`); [`HeartbeatOutcome::Gone`] tells the worker to stop.

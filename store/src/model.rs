@@ -173,3 +173,39 @@ pub struct AttemptRecord {
     /// The failure record when failed.
     pub failure: Option<Value>,
 }
+
+/// One report of a batch ([`crate::Store::report_batch`]).
+#[derive(Debug, Clone)]
+pub struct ReportItem {
+    /// The lease the report was made under.
+    pub lease: Lease,
+    /// What the worker reported.
+    pub kind: ReportKind,
+}
+
+/// What a worker reported for an attempt.
+#[derive(Debug, Clone)]
+pub enum ReportKind {
+    /// Success, with the action's output.
+    Complete(Value),
+    /// Failure; `sample` ∈ `[0, 1)` drives the retry jitter.
+    Fail {
+        /// The structured failure.
+        failure: cairn_core::failure::Failure,
+        /// Jitter sample.
+        sample: f64,
+    },
+}
+
+/// What one batch of reports and claims did, in the order of the batch.
+#[derive(Debug, Clone, Default)]
+pub struct BatchOutcome {
+    /// One outcome per report, in input order.
+    pub reports: Vec<crate::Report>,
+    /// The steps leased for each claim request, in input order.
+    pub claimed: Vec<Vec<Claimed>>,
+    /// Steps that became ready and due during the batch (dependents released, not retries in backoff).
+    pub ready_now: usize,
+    /// Steps claimed in the same transaction for each hand-off request, in the order the requests were given.
+    pub handed: Vec<Vec<Claimed>>,
+}

@@ -34,6 +34,7 @@ pub(crate) struct LeasedRow {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct ChildRow {
     pub step_id: String,
+    pub dep_count: i64,
     pub pending_deps: i64,
     pub trigger_rule: String,
     pub when_expr: Option<String>,
@@ -121,6 +122,8 @@ pub(crate) struct StepInsert {
     pub retry: String,
     pub approval: Option<String>,
     pub dep_count: i64,
+    /// Steps that depend on this one.
+    pub child_count: i64,
     pub not_before_at: Option<i64>,
     pub not_before_local: Option<String>,
 }

@@ -32,6 +32,24 @@ pub(crate) const STEP_FINISH: &str = "UPDATE steps SET status = $4, output = $5,
      lease_owner = NULL, lease_expires_at = NULL, finished_at = $7, updated_at = $7 \
      WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running'";
 
+/// Accept a result: the lease check and the update in one statement (fenced by attempt, status and owner), so a
+/// completion costs one round trip instead of a read and a write. Locks the step row.
+pub(crate) const STEP_SUCCEED: &str = "UPDATE steps SET status = 'succeeded', output = $5, error = NULL, \
+     lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, finished_at = $6, updated_at = $6 \
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $4 \
+     RETURNING child_count";
+
+/// Undo a claim whose attempts never reached a worker (the long poll it was handed to had ended): back to
+/// ready, due now, the attempt number given back. Fenced like STEP_SUCCEED.
+pub(crate) const STEP_UNCLAIM: &str = "UPDATE steps SET status = 'ready', attempt = attempt - 1, \
+     lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL, \
+     heartbeat_at = NULL, available_at = $5, updated_at = $5 \
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $4";
+
+/// The attempt row of an undone claim. Index: `attempts` PK.
+pub(crate) const ATTEMPT_DELETE: &str =
+    "DELETE FROM attempts WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running'";
+
 /// Put a leased step back to ready for a retry at `available_at`. Locks the step row; fenced like STEP_FINISH.
 pub(crate) const STEP_REQUEUE: &str = "UPDATE steps SET status = 'ready', available_at = $4, error = $5, \
      lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 \
@@ -47,7 +65,7 @@ pub(crate) const ATTEMPT_CLOSE: &str = "UPDATE attempts SET status = $4, ended_a
 /// Index: `step_edges` PK (run_id, parent) then `steps` PK.
 pub(crate) const CHILDREN_RELEASE: &str = "UPDATE steps SET pending_deps = pending_deps - 1 \
      WHERE run_id = $1 AND step_id IN (SELECT child FROM step_edges WHERE run_id = $1 AND parent = $2) \
-     RETURNING step_id, pending_deps, trigger_rule, when_expr, approval, not_before_at";
+     RETURNING step_id, dep_count, pending_deps, trigger_rule, when_expr, approval, not_before_at";
 
 /// Statuses of the dependencies of `child`. Index: `step_edges_child_idx`, then `steps` PK.
 pub(crate) const PARENT_STATUSES: &str = "SELECT s.status FROM step_edges e JOIN steps s \

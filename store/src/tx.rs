@@ -50,6 +50,15 @@ pub(crate) trait StepTx: Send {
         error: Option<&str>,
         now: i64,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// `Some(child_count)` when the lease was current and the step is now succeeded.
+    fn step_succeed(
+        &mut self,
+        lease: &Lease,
+        output: &str,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<Option<i64>>> + Send;
+    fn step_unclaim(&mut self, lease: &Lease, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn attempt_delete(&mut self, lease: &Lease) -> impl Future<Output = StoreResult<()>> + Send;
     fn step_requeue(
         &mut self,
         lease: &Lease,
@@ -187,7 +196,7 @@ macro_rules! impl_step_tx {
                     let mut q = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO steps (run_id, step_id, position, action, status, args, when_expr, trigger_rule, \
                          idempotent, timeout_ms, heartbeat_timeout_ms, retry, approval, dep_count, pending_deps, \
-                         available_at, not_before_at, not_before_local, updated_at) ",
+                         available_at, not_before_at, not_before_local, updated_at, child_count) ",
                     );
                     q.push_values(chunk, |mut b, r| {
                         let ready = r.status == "ready";
@@ -209,7 +218,8 @@ macro_rules! impl_step_tx {
                             .push_bind(if ready { Some(r.not_before_at.unwrap_or(now).max(now)) } else { None })
                             .push_bind(r.not_before_at)
                             .push_bind(r.not_before_local.as_deref())
-                            .push_bind(now);
+                            .push_bind(now)
+                            .push_bind(r.child_count);
                     });
                     q.build().execute(&mut **self).await?;
                 }
@@ -291,6 +301,42 @@ macro_rules! impl_step_tx {
                     .execute(&mut **self)
                     .await?;
                 Ok(done.rows_affected() == 1)
+            }
+            async fn step_succeed(
+                &mut self,
+                lease: &$crate::model::Lease,
+                output: &str,
+                now: i64,
+            ) -> $crate::error::StoreResult<Option<i64>> {
+                Ok(sqlx::query_scalar::<$db, i64>($crate::sql::STEP_SUCCEED)
+                    .bind(&lease.run_id)
+                    .bind(&lease.step_id)
+                    .bind(i64::from(lease.attempt))
+                    .bind(&lease.worker_id)
+                    .bind(output)
+                    .bind(now)
+                    .fetch_optional(&mut **self)
+                    .await?)
+            }
+            async fn step_unclaim(&mut self, lease: &$crate::model::Lease, now: i64) -> $crate::error::StoreResult<bool> {
+                let done = sqlx::query::<$db>($crate::sql::STEP_UNCLAIM)
+                    .bind(&lease.run_id)
+                    .bind(&lease.step_id)
+                    .bind(i64::from(lease.attempt))
+                    .bind(&lease.worker_id)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+            async fn attempt_delete(&mut self, lease: &$crate::model::Lease) -> $crate::error::StoreResult<()> {
+                sqlx::query::<$db>($crate::sql::ATTEMPT_DELETE)
+                    .bind(&lease.run_id)
+                    .bind(&lease.step_id)
+                    .bind(i64::from(lease.attempt))
+                    .execute(&mut **self)
+                    .await?;
+                Ok(())
             }
             async fn step_requeue(
                 &mut self,

@@ -13,7 +13,7 @@
 //! Areas: `submit` (create, idempotency keys), `claim` (selection, limit, placeholders), `concurrency` (racing
 //! claimers, completions and cancel), `finish` (completion, fencing, output limits, unicode), `retry`
 //! (failures and backoff), `lease` (reaper, heartbeat, `outcome_unknown`, operator), `approval` (approvals,
-//! operator fail), `cancel`, `settle` (timers, `when`, fan-out), `read` (integrity check, listings, event paging).
+//! operator fail), `batch` (group commit, hand-off, undoing a claim), `cancel`, `settle` (timers, `when`, fan-out), `read` (integrity check, listings, event paging).
 
 /// Generates a SQLite and a PostgreSQL test for each named behaviour of the enclosing module.
 macro_rules! contract_tests {
@@ -57,6 +57,7 @@ mod contract {
     pub mod support;
 
     mod approval;
+    mod batch;
     mod cancel;
     mod claim;
     mod concurrency;

@@ -124,3 +124,25 @@ async fn resolve<T: DialectTx>(tx: &mut T, row: &ClaimedRow) -> StoreResult<Resu
         failure
     }))
 }
+
+/// Undoes claims whose attempts never reached a worker (the long poll they were handed to had already ended):
+/// each step goes back to ready, due now, with its attempt number and attempt row given back, so the attempt
+/// neither counts against `max_attempts` nor waits for its lease to expire. Returns how many were undone (a
+/// lease that already ended is left alone).
+pub(crate) async fn unclaim<T: DialectTx>(
+    tx: &mut T,
+    leases: &[Lease],
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<usize> {
+    let mut undone = 0;
+    for lease in leases {
+        if tx.step_unclaim(lease, now).await? {
+            tx.attempt_delete(lease).await?;
+            let data = json!({"attempt": lease.attempt, "reason": "not delivered: the worker's poll had ended"});
+            events.push(event(&lease.run_id, Some(&lease.step_id), "step_unclaimed", data, now));
+            undone += 1;
+        }
+    }
+    Ok(undone)
+}

@@ -8,7 +8,9 @@ use cairn_core::machine::{AfterFailure, FailedAttempt, after_failure};
 use cairn_core::retry::RetryPolicy;
 use serde_json::{Value, json};
 
-use super::settle::after_final;
+use cairn_core::state::StepStatus;
+
+use super::settle::{after_final_known, close_run};
 use super::{event, rfc3339};
 use crate::error::{StoreError, StoreResult};
 use crate::model::Lease;
@@ -52,11 +54,11 @@ pub(crate) async fn complete<T: StepTx>(
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<Report> {
-    let Some(row) = leased(tx, lease).await? else {
-        return Ok(Report::Stale);
-    };
     let text = output.to_string();
     if text.len() > limits.max_output_bytes {
+        let Some(row) = leased(tx, lease).await? else {
+            return Ok(Report::Stale);
+        };
         let mut failure = Failure::new(
             codes::OUTPUT_TOO_LARGE,
             format!("output of {} bytes exceeds the limit of {} bytes", text.len(), limits.max_output_bytes),
@@ -65,9 +67,10 @@ pub(crate) async fn complete<T: StepTx>(
         failure.details = json!({"size_bytes": text.len(), "limit_bytes": limits.max_output_bytes});
         return fail_row(tx, lease, &row, &failure, 0.0, now, events).await;
     }
-    if !tx.step_finish(lease, "succeeded", Some(&text), None, now).await? {
+    // The usual case reads nothing: the fenced update is the lease check.
+    let Some(child_count) = tx.step_succeed(lease, &text, now).await? else {
         return Ok(Report::Stale);
-    }
+    };
     let close = AttemptClose {
         status: "succeeded",
         failure_code: None,
@@ -80,7 +83,13 @@ pub(crate) async fn complete<T: StepTx>(
     };
     tx.attempt_close(lease, &close, now).await?;
     events.push(event(&lease.run_id, Some(&lease.step_id), "step_succeeded", json!({"attempt": lease.attempt}), now));
-    after_final(tx, &lease.run_id, vec![lease.step_id.clone()], now, events).await?;
+    if child_count == 0 {
+        // A leaf: nothing to release, only the run's open-step count to reduce.
+        close_run(tx, &lease.run_id, 1, now, events).await?;
+    } else {
+        let finished = vec![(lease.step_id.clone(), Some(StepStatus::Succeeded))];
+        after_final_known(tx, &lease.run_id, finished, now, events).await?;
+    }
     Ok(Report::Succeeded)
 }
 
@@ -162,7 +171,8 @@ async fn fail_row<T: StepTx>(
     };
     tx.attempt_close(lease, &close, now).await?;
     if report == Report::Failed {
-        after_final(tx, &lease.run_id, vec![lease.step_id.clone()], now, events).await?;
+        after_final_known(tx, &lease.run_id, vec![(lease.step_id.clone(), Some(StepStatus::Failed))], now, events)
+            .await?;
     }
     Ok(report)
 }

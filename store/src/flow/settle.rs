@@ -31,22 +31,33 @@ enum Decision {
     Failed(Failure),
 }
 
-/// Decides candidates whose dependencies are all final; returns the ids that became final (skipped or failed).
+/// A step that just became final, with its status when the caller knows it (saves reading it back).
+pub(crate) type Finished = (String, Option<StepStatus>);
+
+/// Decides candidates whose dependencies are all final; returns the steps that became final (skipped or
+/// failed). `parent` is the status of the step that released them, when known: a candidate with that single
+/// dependency needs no read of its parents, which keeps a chain step to one statement per row touched.
 pub(crate) async fn decide<T: StepTx>(
     tx: &mut T,
     run_id: &str,
     candidates: Vec<ChildRow>,
+    parent: Option<StepStatus>,
     now: i64,
     events: &mut Vec<EventInsert>,
-) -> StoreResult<Vec<String>> {
+) -> StoreResult<Vec<Finished>> {
     let mut input: Option<Value> = None;
     let mut finals = Vec::new();
     for c in candidates {
-        let statuses = tx.parent_statuses(run_id, &c.step_id).await?;
-        let statuses = statuses
-            .iter()
-            .map(|s| s.parse::<StepStatus>().map_err(|e| StoreError::corrupt("steps.status", e)))
-            .collect::<StoreResult<Vec<_>>>()?;
+        let statuses = match (c.dep_count, parent) {
+            (0, _) => Vec::new(),
+            (1, Some(status)) => vec![status],
+            _ => tx
+                .parent_statuses(run_id, &c.step_id)
+                .await?
+                .iter()
+                .map(|s| s.parse::<StepStatus>().map_err(|e| StoreError::corrupt("steps.status", e)))
+                .collect::<StoreResult<Vec<_>>>()?,
+        };
         let rule: TriggerRule = serde_json::from_value(Value::String(c.trigger_rule.clone()))
             .map_err(|e| StoreError::corrupt("steps.trigger_rule", e))?;
         let decision = match readiness(rule, statuses) {
@@ -87,7 +98,7 @@ async fn apply<T: StepTx>(
     decision: Decision,
     now: i64,
     events: &mut Vec<EventInsert>,
-    finals: &mut Vec<String>,
+    finals: &mut Vec<Finished>,
 ) -> StoreResult<()> {
     let (status, available_at, error, data) = match &decision {
         Decision::Ready { available_at } => ("ready", Some(*available_at), None, json!({"available_at": available_at})),
@@ -109,7 +120,8 @@ async fn apply<T: StepTx>(
         };
         events.push(event(run_id, Some(step_id), kind, data, now));
         if is_final {
-            finals.push(step_id.to_owned());
+            let status = if status == "skipped" { StepStatus::Skipped } else { StepStatus::Failed };
+            finals.push((step_id.to_owned(), Some(status)));
         }
     }
     Ok(())
@@ -154,12 +166,23 @@ pub(crate) async fn after_final<T: StepTx>(
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
+    after_final_known(tx, run_id, finished.into_iter().map(|id| (id, None)).collect(), now, events).await
+}
+
+/// [`after_final`] for steps whose final status the caller knows.
+pub(crate) async fn after_final_known<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    finished: Vec<Finished>,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<()> {
     let mut closed = i64::try_from(finished.len()).unwrap_or(i64::MAX);
     let mut work = finished;
-    while let Some(parent) = work.pop() {
+    while let Some((parent, status)) = work.pop() {
         let released = tx.children_release(run_id, &parent).await?;
         let ready: Vec<ChildRow> = released.into_iter().filter(|c| c.pending_deps == 0).collect();
-        let finals = decide(tx, run_id, ready, now, events).await?;
+        let finals = decide(tx, run_id, ready, status, now, events).await?;
         closed += i64::try_from(finals.len()).unwrap_or(0);
         work.extend(finals);
     }

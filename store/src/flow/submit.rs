@@ -11,7 +11,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::event;
-use super::settle::{after_final, decide};
+use super::settle::{after_final_known, decide};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{CreateOutcome, NewRun};
 use crate::rows::{ChildRow, EventInsert, StepInsert};
@@ -44,15 +44,26 @@ pub(crate) async fn create<T: StepTx>(
     let steps = i64::try_from(run.plan.steps.len()).unwrap_or(i64::MAX);
     tx.plan_insert(&plan_id, &body, now).await?;
     tx.run_insert(&run.run_id, &plan_id, &input, &context, run.idempotency_key.as_deref(), steps, now).await?;
-    let rows = step_rows(run)?;
+    let mut rows = step_rows(run)?;
+    // A root with no `when` and no approval is ready at once whatever its trigger rule (it has no parents):
+    // inserted as ready, it needs no decision statement, which keeps a 10,000-step submission to a few
+    // statements.
+    for r in rows.iter_mut().filter(|r| r.dep_count == 0 && r.when_expr.is_none() && !approval_required(r)) {
+        r.status = "ready";
+    }
     tx.steps_insert(&run.run_id, &rows, now).await?;
     tx.edges_insert(&run.run_id, &edges(run)).await?;
     events.push(event(&run.run_id, None, "run_created", json!({"plan_id": plan_id, "steps": steps}), now));
+    for r in rows.iter().filter(|r| r.status == "ready") {
+        let available_at = r.not_before_at.unwrap_or(now).max(now);
+        events.push(event(&run.run_id, Some(&r.step_id), "step_ready", json!({"available_at": available_at}), now));
+    }
     let roots: Vec<ChildRow> = rows
         .iter()
-        .filter(|r| r.dep_count == 0)
+        .filter(|r| r.dep_count == 0 && r.status == "pending")
         .map(|r| ChildRow {
             step_id: r.step_id.clone(),
+            dep_count: 0,
             pending_deps: 0,
             trigger_rule: r.trigger_rule.clone(),
             when_expr: r.when_expr.clone(),
@@ -60,15 +71,28 @@ pub(crate) async fn create<T: StepTx>(
             not_before_at: r.not_before_at,
         })
         .collect();
-    let finals = decide(tx, &run.run_id, roots, now, events).await?;
+    let finals = decide(tx, &run.run_id, roots, None, now, events).await?;
     if !finals.is_empty() {
         // Skipped or failed roots cascade like any finished step.
-        after_final(tx, &run.run_id, finals, now, events).await?;
+        after_final_known(tx, &run.run_id, finals, now, events).await?;
     }
     Ok(CreateOutcome::Created(run.run_id.clone()))
 }
 
+/// Whether the row's approval (JSON text) requires a decision before the step may run.
+fn approval_required(r: &StepInsert) -> bool {
+    r.approval
+        .as_deref()
+        .and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok())
+        .and_then(|a| a.get("required").and_then(serde_json::Value::as_bool))
+        .unwrap_or(false)
+}
+
 fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
+    let mut children: HashMap<String, i64> = HashMap::new();
+    for (parent, _) in edges(run) {
+        *children.entry(parent).or_default() += 1;
+    }
     let mut rows = Vec::with_capacity(run.plan.steps.len());
     for (i, step) in run.plan.steps.iter().enumerate() {
         let mut deps = step.depends_on.clone();
@@ -90,6 +114,7 @@ fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
             retry: serde_json::to_string(&retry).map_err(|e| StoreError::corrupt("retry", e))?,
             approval: step.approval.as_ref().map(|a| json!(a).to_string()),
             dep_count: i64::try_from(deps.len()).unwrap_or(i64::MAX),
+            child_count: children.get(&step.id).copied().unwrap_or(0),
             not_before_at: timer.as_ref().map(|t| t.0),
             not_before_local: timer.map(|t| t.1),
         });

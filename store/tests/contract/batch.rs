@@ -1,0 +1,127 @@
+//! Group commit (issue 8): a batch of reports and claims in one transaction, the hand-off of released steps to
+//! waiting claimers in that transaction, and undoing a claim that never reached a worker.
+
+use cairn_store::{ClaimRequest, Lease, Report, ReportItem, ReportKind, Store};
+use serde_json::json;
+
+use super::support::{
+    LIMITS, T0, TTL, action_error, claim, claim_for, claim_one, events, has_event, noop, run, status, step, steps,
+    submit,
+};
+
+fn complete(lease: &Lease, output: serde_json::Value) -> ReportItem {
+    ReportItem { lease: lease.clone(), kind: ReportKind::Complete(output) }
+}
+
+fn request(worker: &str, limit: u32) -> ClaimRequest {
+    ClaimRequest { worker_id: worker.into(), actions: vec!["noop".into()], limit, now_ms: 0 }
+}
+
+async fn a_batch_decides_each_report_as_if_alone_and_hands_released_steps_to_a_waiting_claimer(store: Store) {
+    let retry = json!({"max_attempts": 3, "initial_interval_ms": 1000, "backoff_coefficient": 2.0,
+                       "max_interval_ms": 60000, "jitter": "none"});
+    let doc = steps(vec![
+        noop("a", &[], json!({})),
+        noop("b", &["a"], json!({})),
+        json!({"id": "x", "action": "noop", "args": {}, "retry": retry}),
+    ]);
+    submit(&store, "r1", &doc).await;
+    let claimed = claim(&store, T0).await;
+    let lease_of = |id: &str| claimed.iter().find(|c| c.lease.step_id == id).expect("claimed").lease.clone();
+    let (a, x) = (lease_of("a"), lease_of("x"));
+    let stale = Lease { attempt: a.attempt + 1, ..a.clone() };
+    let items = vec![
+        complete(&a, json!({"n": 1})),
+        complete(&stale, json!({"n": 2})),
+        complete(&a, json!({"n": 3})),
+        ReportItem { lease: x.clone(), kind: ReportKind::Fail { failure: action_error("flaky"), sample: 0.0 } },
+    ];
+    let asked = std::sync::Mutex::new(Vec::new());
+    let handoff = |due: usize| {
+        asked.lock().expect("not poisoned").push(due);
+        vec![request("waiting-worker", 4)]
+    };
+
+    let outcome = store.report_batch(&items, &[], LIMITS, TTL, T0 + 10, &handoff).await.expect("the batch commits");
+
+    assert_eq!(
+        outcome.reports,
+        [Report::Succeeded, Report::Stale, Report::Stale, Report::RetryScheduled],
+        "each report is fenced and decided on its own; a duplicate in the same batch is stale"
+    );
+    assert_eq!(step(&store, "r1", "a").await.output, Some(json!({"n": 1})), "the first report's output is kept");
+    assert_eq!(outcome.ready_now, 1, "b became due; x's retry is in backoff, not due");
+    assert_eq!(*asked.lock().expect("not poisoned"), [1], "the hand-off is asked once, with the number of due steps");
+    assert_eq!(outcome.handed.len(), 1);
+    let handed: Vec<&str> = outcome.handed[0].iter().map(|c| c.lease.step_id.as_str()).collect();
+    assert_eq!(handed, ["b"], "the released dependent is claimed for the waiting worker in the same transaction");
+    assert_eq!(outcome.handed[0][0].lease.worker_id, "waiting-worker");
+    assert_eq!(status(&store, "r1", "b").await, "running");
+    assert_eq!(status(&store, "r1", "x").await, "ready", "x waits for its retry");
+    assert!(has_event(&store, "r1", Some("b"), "step_started").await);
+}
+
+async fn claims_in_a_batch_run_after_its_reports_and_see_what_they_released(store: Store) {
+    let doc = steps(vec![noop("a", &[], json!({})), noop("b", &["a"], json!({}))]);
+    submit(&store, "r1", &doc).await;
+    let a = claim_one(&store, T0).await.lease;
+    let nobody = |_: usize| Vec::new();
+
+    let outcome = store
+        .report_batch(&[complete(&a, json!({}))], &[request("w2", 8)], LIMITS, TTL, T0 + 5, &nobody)
+        .await
+        .expect("the batch commits");
+
+    assert_eq!(outcome.reports, [Report::Succeeded]);
+    assert_eq!(outcome.claimed.len(), 1, "one answer per claim request");
+    let claimed: Vec<&str> = outcome.claimed[0].iter().map(|c| c.lease.step_id.as_str()).collect();
+    assert_eq!(claimed, ["b"]);
+    assert!(outcome.handed.is_empty(), "no waiter was given");
+    run_to_end(&store, &outcome.claimed[0][0].lease).await;
+}
+
+async fn run_to_end(store: &Store, lease: &Lease) {
+    let nobody = |_: usize| Vec::new();
+    let outcome = store
+        .report_batch(&[complete(lease, json!({}))], &[], LIMITS, TTL, T0 + 9, &nobody)
+        .await
+        .expect("the store answers");
+    assert_eq!(outcome.reports, [Report::Succeeded]);
+    assert_eq!(run(store, &lease.run_id).await.status, "succeeded", "a batch finishes the run like a single report");
+}
+
+async fn an_undelivered_claim_is_given_back_without_using_an_attempt(store: Store) {
+    let doc = steps(vec![json!({"id": "a", "action": "noop", "args": {}, "retry": {"max_attempts": 1}})]);
+    submit(&store, "r1", &doc).await;
+    let lease = claim_one(&store, T0).await.lease;
+    assert_eq!(lease.attempt, 1);
+
+    assert_eq!(store.unclaim(std::slice::from_ref(&lease), T0 + 3).await.expect("the store answers"), 1);
+
+    let a = step(&store, "r1", "a").await;
+    assert_eq!(a.status, "ready", "the step is ready again at once");
+    assert_eq!(a.attempts, 0, "the attempt number is given back, so max_attempts = 1 still allows a run");
+    assert_eq!(a.available_at_ms, Some(T0 + 3));
+    assert!(store.attempts("r1").await.expect("the store answers").is_empty(), "the attempt row is removed");
+    assert!(events(&store, "r1").await.iter().any(|e| e.kind == "step_unclaimed"));
+    assert_eq!(
+        store.unclaim(std::slice::from_ref(&lease), T0 + 4).await.expect("the store answers"),
+        0,
+        "a second undo changes nothing"
+    );
+
+    let again = claim_for(&store, "w2", &["noop"], 1, T0 + 5).await;
+    assert_eq!(again[0].lease.attempt, 1, "the next claim is attempt 1 again");
+    let stale = store.report_batch(&[complete(&lease, json!({}))], &[], LIMITS, TTL, T0 + 6, &|_| Vec::new()).await;
+    assert_eq!(
+        stale.expect("the batch commits").reports,
+        [Report::Stale],
+        "a report under the undone lease (worker w1) is stale"
+    );
+}
+
+contract_tests!(
+    a_batch_decides_each_report_as_if_alone_and_hands_released_steps_to_a_waiting_claimer,
+    claims_in_a_batch_run_after_its_reports_and_see_what_they_released,
+    an_undelivered_claim_is_given_back_without_using_an_attempt,
+);
