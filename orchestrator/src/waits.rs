@@ -1,7 +1,7 @@
 //! Approval decisions and timeouts, and `event.wait` steps: the engine side of issue 9's human and event waits.
 //! The store does each change in one transaction; the engine adds the clock, limits and wake-ups.
 
-use cairn_store::{ApprovalOutcome, NewEvent, PendingApproval, ReportLimits, StoreResult};
+use cairn_store::{ApprovalOutcome, NewEvent, PendingApproval, StoreResult};
 use serde_json::Value;
 
 use crate::engine::Engine;
@@ -45,10 +45,6 @@ pub struct MatchedStep {
 }
 
 impl Engine {
-    fn report_limits(&self) -> ReportLimits {
-        ReportLimits { max_output_bytes: self.config().max_output_bytes }
-    }
-
     /// Approves (`approve`) or rejects a step waiting for approval. A decision at or after the approval's
     /// deadline is refused ([`ApprovalOutcome::TimedOut`]) and the declared `on_timeout` applies instead.
     ///

@@ -169,6 +169,7 @@ impl Fetcher {
         }
         let abandon = self.session.stopping.child_token();
         let max = u32::try_from(slots.len()).unwrap_or(u32::MAX);
+        tracing::trace!(slots = max, "polling for attempts");
         let (session, stop) = (self.session.clone(), abandon.clone());
         let handle = tokio::spawn(async move {
             tokio::select! {

@@ -4,6 +4,12 @@
 //! (jitter samples), validation, and wake-ups: a worker long-polling in [`Engine::claim_wait`] is woken as soon as
 //! something may have become claimable (a submission, a completion, a cancellation), and otherwise sleeps until
 //! the next timer is due — no busy polling.
+//!
+//! Submodules: `commit` (group commit of reports and claims, with hand-off of released steps to waiting
+//! polls) and `waiters` (the waiting long polls).
+
+mod commit;
+mod waiters;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +18,8 @@ use cairn_core::catalog::ActionCatalog;
 use cairn_core::clock::Clock;
 use cairn_core::failure::Failure;
 use cairn_store::{
-    ClaimRequest, Claimed, HeartbeatOutcome, Lease, OperatorAction, Report, ReportLimits, Store, StoreResult,
+    ClaimRequest, Claimed, HeartbeatOutcome, Lease, OperatorAction, Report, ReportItem, ReportKind, ReportLimits,
+    Store, StoreResult,
 };
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -44,6 +51,10 @@ struct Inner {
     metrics: Metrics,
     /// Attempt spans between claim and report.
     spans: AttemptSpans,
+    /// Long polls waiting for work (hand-off targets).
+    waiters: waiters::Waiters,
+    /// Reports and claims queued for the group-commit writer.
+    commits: commit::CommitQueue,
 }
 
 impl std::fmt::Debug for Engine {
@@ -69,18 +80,21 @@ impl Engine {
         for run_id in &broken {
             tracing::error!(run_id = %run_id, "run failed the integrity check: its step rows are incomplete");
         }
-        Ok(Engine {
-            inner: Arc::new(Inner {
-                store,
-                clock,
-                catalog: LiveCatalog::new(catalog),
-                config,
-                wake: Notify::new(),
-                started_at_ms,
-                metrics: Metrics::new(),
-                spans: AttemptSpans::default(),
-            }),
-        })
+        let (queue, writer) = commit::queue();
+        let inner = Arc::new(Inner {
+            store,
+            clock,
+            catalog: LiveCatalog::new(catalog),
+            config,
+            wake: Notify::new(),
+            started_at_ms,
+            metrics: Metrics::new(),
+            spans: AttemptSpans::default(),
+            waiters: waiters::Waiters::default(),
+            commits: queue,
+        });
+        commit::spawn_writer(Arc::downgrade(&inner), writer);
+        Ok(Engine { inner })
     }
 
     /// The store.
@@ -142,21 +156,42 @@ impl Engine {
     pub async fn claim(&self, worker_id: &str, actions: &[String], limit: u32) -> StoreResult<Vec<Claimed>> {
         let now_ms = self.now_ms();
         let req = ClaimRequest { worker_id: worker_id.to_owned(), actions: actions.to_vec(), limit, now_ms };
-        let lease_ttl_ms = self.lease_ttl_ms();
-        let claimed = self.inner.store.claim(&req, lease_ttl_ms).await?;
+        // Group-committed with other claims and reports; observed (metrics, spans) by the writer.
+        self.queue_claim(req).await
+    }
+
+    /// Records claims (by a poll or a hand-off) in the metrics and opens their attempt spans.
+    fn claims_observed(&self, worker_id: &str, claimed: &[Claimed], now_ms: i64) {
         self.inner.metrics.worker_seen(worker_id, now_ms);
-        for c in &claimed {
+        for c in claimed {
             self.inner.metrics.dispatched(&c.action, now_ms - c.due_at_ms);
-            self.inner.spans.claimed(c, now_ms, lease_ttl_ms);
+            self.inner.spans.claimed(c, now_ms, self.lease_ttl_ms());
         }
         if !claimed.is_empty() {
             tracing::debug!(worker_id, count = claimed.len(), "steps claimed");
         }
-        Ok(claimed)
     }
 
-    /// Like [`Engine::claim`], but waits up to `max_wait` (real time) for work: woken by submissions and
-    /// completions, or when the next timer is due. Returns an empty list when nothing came.
+    /// Gives back claims that never reached a worker (their poll ended before the hand-off arrived).
+    async fn unclaim(&self, claimed: Vec<Claimed>) {
+        for c in &claimed {
+            self.inner.spans.closed(&c.lease, "undelivered", None);
+        }
+        let leases: Vec<Lease> = claimed.into_iter().map(|c| c.lease).collect();
+        match self.inner.store.unclaim(&leases, self.now_ms()).await {
+            Ok(undone) => {
+                tracing::info!(undone, "claims handed to an ended poll were given back");
+                self.wake();
+            }
+            Err(e) => tracing::warn!(error = %e, "claims handed to an ended poll could not be given back; \
+                their leases will expire"),
+        }
+    }
+
+    /// Like [`Engine::claim`], but waits up to `max_wait` (real time) for work: steps released by reports are
+    /// handed to the oldest waiting polls in the reports' own transaction; other changes (submissions, timers
+    /// coming due, operator decisions) wake the polls to claim for themselves. Returns an empty list when
+    /// nothing came.
     ///
     /// # Errors
     /// Store errors.
@@ -177,27 +212,36 @@ impl Engine {
             if !claimed.is_empty() || now >= deadline {
                 return Ok(claimed);
             }
+            // Registered before anything else is awaited, so a report written meanwhile can hand its released
+            // steps to this poll.
+            let request = ClaimRequest { worker_id: worker_id.to_owned(), actions: actions.to_vec(), limit, now_ms: 0 };
+            let (ticket, mut handoff) = self.inner.waiters.register(request);
+            // Removes the waiter if this poll is dropped while registered (the worker went away).
+            let registration = Registration { waiters: &self.inner.waiters, ticket };
             let until_due = match self.inner.store.next_due().await? {
                 Some(due) => Duration::from_millis(u64::try_from(due - self.now_ms()).unwrap_or(0)),
                 None => MAX_IDLE_WAIT,
             };
             let wait = until_due.min(MAX_IDLE_WAIT).min(deadline - now).max(Duration::from_millis(1));
-            tokio::select! {
-                () = &mut notified => {}
-                () = tokio::time::sleep(wait) => {}
+            let handed = tokio::select! {
+                // `Err`: the batch that took this waiter failed; claim again.
+                handed = &mut handoff => handed.unwrap_or_default(),
+                () = &mut notified => registration.woken(handoff).await,
+                () = tokio::time::sleep(wait) => registration.woken(handoff).await,
+            };
+            if !handed.is_empty() {
+                return Ok(handed);
             }
         }
     }
 
-    /// Accepts a result under `lease`. Stale reports (replayed, late, foreign) change nothing.
+    /// Accepts a result under `lease` (group-committed with other reports). Stale reports (replayed, late,
+    /// foreign) change nothing.
     ///
     /// # Errors
     /// Store errors (retryable: resend the report).
     pub async fn complete(&self, lease: &Lease, output: &Value) -> StoreResult<Report> {
-        let limits = ReportLimits { max_output_bytes: self.inner.config.max_output_bytes };
-        let report = self.inner.store.complete(lease, output, limits, self.now_ms()).await?;
-        self.after_report(lease, report, None);
-        Ok(report)
+        self.queue_report(ReportItem { lease: lease.clone(), kind: ReportKind::Complete(output.clone()) }).await
     }
 
     /// Records a failed attempt under `lease`: retry with backoff, fail, or `outcome_unknown`.
@@ -205,13 +249,23 @@ impl Engine {
     /// # Errors
     /// Store errors (retryable: resend the report).
     pub async fn fail(&self, lease: &Lease, failure: &Failure) -> StoreResult<Report> {
-        let report = self.inner.store.fail(lease, failure, rand::random::<f64>(), self.now_ms()).await?;
-        self.after_report(lease, report, Some(&failure.code));
-        Ok(report)
+        let kind = ReportKind::Fail { failure: failure.clone(), sample: rand::random::<f64>() };
+        self.queue_report(ReportItem { lease: lease.clone(), kind }).await
     }
 
-    fn after_report(&self, lease: &Lease, report: Report, failure_code: Option<&str>) {
+    /// Limits applied to reports (output size).
+    pub(crate) fn report_limits(&self) -> ReportLimits {
+        ReportLimits { max_output_bytes: self.inner.config.max_output_bytes }
+    }
+
+    /// Metrics and spans of a written report (wake-ups are decided per batch).
+    fn after_report(&self, item: &ReportItem, report: Report) {
+        let lease = &item.lease;
         tracing::debug!(run_id = %lease.run_id, step_id = %lease.step_id, attempt = lease.attempt, ?report, "report");
+        let failure_code = match &item.kind {
+            ReportKind::Fail { failure, .. } => Some(failure.code.as_str()),
+            ReportKind::Complete(_) => None,
+        };
         let now_ms = self.now_ms();
         self.inner.metrics.worker_seen(&lease.worker_id, now_ms);
         let outcome = report_name(report);
@@ -219,9 +273,6 @@ impl Engine {
             && report != Report::Stale
         {
             self.inner.metrics.finished(&closed.action, outcome, now_ms - closed.claimed_at_ms);
-        }
-        if report != Report::Stale {
-            self.wake();
         }
     }
 
@@ -290,6 +341,26 @@ impl Engine {
             self.wake();
         }
         Ok(done)
+    }
+}
+
+/// A registered waiter of a poll in progress; dropping it (the poll was cancelled) removes the waiter.
+struct Registration<'a> {
+    waiters: &'a waiters::Waiters,
+    ticket: u64,
+}
+
+impl Registration<'_> {
+    /// The poll was woken or timed out: stops waiting for a hand-off, unless a batch already took this waiter,
+    /// whose claims are then on the way and must be received (not dropped, which would give them back).
+    async fn woken(&self, handoff: tokio::sync::oneshot::Receiver<Vec<Claimed>>) -> Vec<Claimed> {
+        if self.waiters.remove(self.ticket) { Vec::new() } else { handoff.await.unwrap_or_default() }
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.waiters.remove(self.ticket);
     }
 }
 

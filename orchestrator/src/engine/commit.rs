@@ -1,0 +1,199 @@
+//! Group commit of worker reports and claims (issue 8).
+//!
+//! Reports (`Complete`, `Fail`) and claims (`Poll`) queue to one writer task, which applies whatever has
+//! queued — up to [`MAX_BATCH`] operations — in a single transaction: one commit, one `fsync`, for the whole
+//! batch. An operation that arrives on its own is written at once, so an idle system adds no delay, and under
+//! load batches grow by themselves while the previous commit is in flight. Each operation is answered only
+//! after its batch committed (nothing is acknowledged, and no step handed out, before it is durable), and steps
+//! the batch's reports made due are claimed, in the same transaction, for long polls already waiting (see
+//! `waiters`): a chain step then costs one commit, not two.
+//!
+//! A batch that fails is applied again operation by operation, so one the store refuses (corrupt data) cannot
+//! fail the others, and each caller gets its own answer; a worker whose report failed resends it (reports are
+//! fenced by their lease, so a repeated report changes nothing).
+
+use std::sync::{Mutex, Weak};
+
+use cairn_store::{BatchOutcome, ClaimRequest, Claimed, Report, ReportItem, ReportKind, StoreError, StoreResult};
+use tokio::sync::{mpsc, oneshot};
+
+use super::waiters::Waiter;
+use super::{Engine, Inner};
+
+/// Most operations written in one transaction.
+pub(super) const MAX_BATCH: usize = 512;
+
+/// Operations waiting for the writer, bounded so a stalled database pushes back on workers.
+const QUEUE: usize = 8192;
+
+/// An operation and where its outcome goes.
+pub(super) enum Pending {
+    Report(ReportItem, oneshot::Sender<StoreResult<Report>>),
+    Claim(ClaimRequest, oneshot::Sender<StoreResult<Vec<Claimed>>>),
+}
+
+/// The queue's sending half, held by the engine.
+pub(super) type CommitQueue = mpsc::Sender<Pending>;
+
+/// Creates the queue; the receiving half goes to [`spawn_writer`] once the engine exists.
+pub(super) fn queue() -> (CommitQueue, mpsc::Receiver<Pending>) {
+    mpsc::channel(QUEUE)
+}
+
+/// Runs the writer until the engine is dropped (its queue then closes).
+pub(super) fn spawn_writer(engine: Weak<Inner>, mut queue: mpsc::Receiver<Pending>) {
+    tokio::spawn(async move {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+            let Some(inner) = engine.upgrade() else { break };
+            Engine { inner }.write(std::mem::take(&mut batch)).await;
+        }
+    });
+}
+
+/// A batch split by kind, each with its callers.
+#[derive(Default)]
+struct Batch {
+    reports: Vec<ReportItem>,
+    report_replies: Vec<oneshot::Sender<StoreResult<Report>>>,
+    claims: Vec<ClaimRequest>,
+    claim_replies: Vec<oneshot::Sender<StoreResult<Vec<Claimed>>>>,
+}
+
+impl Batch {
+    fn split(pending: Vec<Pending>) -> Self {
+        let mut batch = Batch::default();
+        for op in pending {
+            match op {
+                Pending::Report(item, reply) => {
+                    batch.reports.push(item);
+                    batch.report_replies.push(reply);
+                }
+                Pending::Claim(request, reply) => {
+                    batch.claims.push(request);
+                    batch.claim_replies.push(reply);
+                }
+            }
+        }
+        batch
+    }
+
+    fn len(&self) -> usize {
+        self.reports.len() + self.claims.len()
+    }
+}
+
+impl Engine {
+    /// Queues a report and waits for its outcome (after its batch committed).
+    pub(super) async fn queue_report(&self, item: ReportItem) -> StoreResult<Report> {
+        let (reply, outcome) = oneshot::channel();
+        self.enqueue(Pending::Report(item, reply)).await?;
+        // The writer is gone only when the engine is shutting down: retryable, like a lost connection.
+        outcome.await.map_err(|_| StoreError::Stopped)?
+    }
+
+    /// Queues a claim and waits for the leased steps (after its batch committed).
+    pub(super) async fn queue_claim(&self, request: ClaimRequest) -> StoreResult<Vec<Claimed>> {
+        let (reply, outcome) = oneshot::channel();
+        self.enqueue(Pending::Claim(request, reply)).await?;
+        outcome.await.map_err(|_| StoreError::Stopped)?
+    }
+
+    async fn enqueue(&self, op: Pending) -> StoreResult<()> {
+        self.inner.commits.send(op).await.map_err(|_| StoreError::Stopped)
+    }
+
+    /// Writes one batch and answers its callers and hand-offs.
+    async fn write(&self, pending: Vec<Pending>) {
+        let batch = Batch::split(pending);
+        let now = self.now_ms();
+        let taken: Mutex<Option<Vec<Waiter>>> = Mutex::new(None);
+        // Called inside the transaction once it knows how many steps became due; called again with the same
+        // count if the transaction is retried, and must then name the same waiters.
+        let handoff = |due: usize| -> Vec<ClaimRequest> {
+            let mut slot = taken.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let waiters = slot.get_or_insert_with(|| self.inner.waiters.take(due));
+            waiters.iter().map(|w| w.request.clone()).collect()
+        };
+        let result = self
+            .inner
+            .store
+            .report_batch(&batch.reports, &batch.claims, self.report_limits(), self.lease_ttl_ms(), now, &handoff)
+            .await;
+        let waiters = taken.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).unwrap_or_default();
+        match result {
+            Ok(outcome) => self.settled(batch, waiters, outcome, now).await,
+            // Taken waiters are dropped unanswered: their polls see the hand-off end and claim for themselves.
+            Err(error) if batch.len() == 1 => {
+                tracing::warn!(error = %error, "operation not recorded");
+                if let Some(reply) = batch.report_replies.into_iter().next() {
+                    let _ = reply.send(Err(error));
+                } else if let Some(reply) = batch.claim_replies.into_iter().next() {
+                    let _ = reply.send(Err(error));
+                }
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, operations = batch.len(), "batch not recorded; writing it one by one");
+                for (item, reply) in batch.reports.iter().zip(batch.report_replies) {
+                    let _ = reply.send(self.write_one(item).await);
+                }
+                for (request, reply) in batch.claims.iter().zip(batch.claim_replies) {
+                    let _ = reply.send(self.claim_one(request).await);
+                }
+            }
+        }
+    }
+
+    /// Answers a committed batch: reports and claims in order, then each taken waiter with its claims.
+    async fn settled(&self, batch: Batch, waiters: Vec<Waiter>, outcome: BatchOutcome, now: i64) {
+        let mut retry_scheduled = false;
+        for ((item, reply), report) in batch.reports.iter().zip(batch.report_replies).zip(outcome.reports) {
+            self.after_report(item, report);
+            retry_scheduled |= report == Report::RetryScheduled;
+            let _ = reply.send(Ok(report));
+        }
+        for ((request, reply), claimed) in batch.claims.iter().zip(batch.claim_replies).zip(outcome.claimed) {
+            self.claims_observed(&request.worker_id, &claimed, now);
+            if let Err(Ok(undelivered)) = reply.send(Ok(claimed)) {
+                self.unclaim(undelivered).await;
+            }
+        }
+        let mut handed = 0;
+        for (waiter, claimed) in waiters.into_iter().zip(outcome.handed) {
+            handed += claimed.len();
+            self.claims_observed(&waiter.request.worker_id, &claimed, now);
+            if let Err(undelivered) = waiter.reply.send(claimed) {
+                self.unclaim(undelivered).await;
+            }
+        }
+        // Pollers are woken only for what the hand-off did not cover, or for an earlier due time to sleep to.
+        if outcome.ready_now > handed || retry_scheduled {
+            self.wake();
+        }
+    }
+
+    /// One report in its own transaction (after a batch failed).
+    async fn write_one(&self, item: &ReportItem) -> StoreResult<Report> {
+        let now = self.now_ms();
+        let report = match &item.kind {
+            ReportKind::Complete(output) => {
+                self.inner.store.complete(&item.lease, output, self.report_limits(), now).await?
+            }
+            ReportKind::Fail { failure, sample } => self.inner.store.fail(&item.lease, failure, *sample, now).await?,
+        };
+        self.after_report(item, report);
+        if report != Report::Stale {
+            self.wake();
+        }
+        Ok(report)
+    }
+
+    /// One claim in its own transaction (after a batch failed).
+    async fn claim_one(&self, request: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
+        let now = self.now_ms();
+        let request = ClaimRequest { now_ms: now, ..request.clone() };
+        let claimed = self.inner.store.claim(&request, self.lease_ttl_ms()).await?;
+        self.claims_observed(&request.worker_id, &claimed, now);
+        Ok(claimed)
+    }
+}

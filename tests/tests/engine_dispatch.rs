@@ -1,0 +1,97 @@
+//! Dispatch under group commit (issue 8), through the real engine and store on every available backend: reports
+//! and claims share transactions, steps released by a report go to a poll already waiting, and concurrent
+//! workers still run every step exactly once.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use cairn_tests::{TestApp, backends};
+use serde_json::json;
+
+const START: &str = "2027-03-14T12:00:00Z";
+const WORKER_ACTIONS: &[&str] = &["noop"];
+
+fn actions() -> Vec<String> {
+    WORKER_ACTIONS.iter().map(|a| (*a).to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_waiting_poll_receives_the_dependent_released_by_a_report() {
+    for backend in backends() {
+        let app = TestApp::new(backend, START).await;
+        let run = app
+            .submit(json!({"steps":[
+                {"id":"a","action":"noop","args":{}},
+                {"id":"b","action":"noop","args":{},"depends_on":["a"]}
+            ]}))
+            .await;
+        let a = app.engine.claim("w1", &actions(), 1).await.unwrap();
+        assert_eq!(a.len(), 1, "{backend:?}");
+        let engine = app.engine.clone();
+        let poll = tokio::spawn(async move { engine.claim_wait("w2", &actions(), 4, Duration::from_secs(20)).await });
+        // Let the poll find nothing and start waiting (if it has not yet, a wake-up covers it: same outcome).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!poll.is_finished(), "{backend:?}: nothing is claimable before `a` completes");
+
+        let report = app.engine.complete(&a[0].lease, &json!({"ok": true})).await.unwrap();
+
+        assert_eq!(report, cairn_store::Report::Succeeded, "{backend:?}");
+        let handed = tokio::time::timeout(Duration::from_secs(10), poll).await.unwrap().unwrap().unwrap();
+        let ids: Vec<&str> = handed.iter().map(|c| c.lease.step_id.as_str()).collect();
+        assert_eq!(ids, ["b"], "{backend:?}: the waiting poll gets the released dependent");
+        assert_eq!(handed[0].lease.worker_id, "w2", "{backend:?}");
+        assert_eq!(handed[0].args, json!({}), "{backend:?}: args are resolved as for any claim");
+        assert_eq!(app.status(&run, "b").await, "running", "{backend:?}");
+        let done = app.engine.complete(&handed[0].lease, &json!({})).await.unwrap();
+        assert_eq!(done, cairn_store::Report::Succeeded, "{backend:?}");
+        assert_eq!(app.run(&run).await.status, "succeeded", "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_workers_run_every_step_of_a_fan_out_exactly_once() {
+    for backend in backends() {
+        let app = TestApp::new(backend, START).await;
+        let mut steps: Vec<_> = (0..60).map(|i| json!({"id": format!("p{i}"), "action": "noop", "args": {}})).collect();
+        let parents: Vec<String> = (0..60).map(|i| format!("p{i}")).collect();
+        steps.push(json!({"id": "join", "action": "noop", "args": {}, "depends_on": parents}));
+        let run = app.submit(json!({"steps": steps})).await;
+
+        let mut workers = Vec::new();
+        for w in 0..6 {
+            let engine = app.engine.clone();
+            workers.push(tokio::spawn(async move {
+                let mut ran: Vec<String> = Vec::new();
+                loop {
+                    let claimed =
+                        engine.claim_wait(&format!("w{w}"), &actions(), 3, Duration::from_millis(300)).await.unwrap();
+                    if claimed.is_empty() {
+                        return ran;
+                    }
+                    // Reports go out concurrently, so they share batches with other workers' claims.
+                    let output = json!({"by": w});
+                    let reports = claimed.iter().map(|c| engine.complete(&c.lease, &output));
+                    for report in futures::future::join_all(reports).await {
+                        assert_eq!(report.unwrap(), cairn_store::Report::Succeeded);
+                    }
+                    ran.extend(claimed.into_iter().map(|c| c.lease.step_id));
+                }
+            }));
+        }
+        let mut times_run: HashMap<String, usize> = HashMap::new();
+        for worker in workers {
+            for id in worker.await.unwrap() {
+                *times_run.entry(id).or_default() += 1;
+            }
+        }
+
+        assert_eq!(times_run.len(), 61, "{backend:?}: every step ran");
+        assert!(times_run.values().all(|n| *n == 1), "{backend:?}: no step ran twice: {times_run:?}");
+        let summary = app.run(&run).await;
+        assert_eq!(summary.status, "succeeded", "{backend:?}");
+        let attempts = app.store().attempts(&run).await.unwrap();
+        assert_eq!(attempts.len(), 61, "{backend:?}: one attempt per step, none lost or repeated");
+    }
+}
