@@ -77,19 +77,5 @@ impl DialectTx for Transaction<'_, Postgres> {
 
 /// Connects to PostgreSQL.
 pub(crate) async fn connect(url: &str) -> StoreResult<PgPool> {
-    Ok(PgPoolOptions::new()
-        .max_connections(16)
-        .after_connect(|conn, _| {
-            Box::pin(async move {
-                // Statements are prepared once per connection; PostgreSQL would switch one to a generic plan
-                // after five runs, chosen for the table sizes of that moment. A plan picked while a table was
-                // small (a sequential scan) then stays as the table grows: finishing a step slowed from
-                // sub-millisecond to several milliseconds after a few thousand steps. Custom plans follow the
-                // data.
-                sqlx::Executor::execute(&mut *conn, "SET plan_cache_mode = force_custom_plan").await?;
-                Ok(())
-            })
-        })
-        .connect(url)
-        .await?)
+    Ok(PgPoolOptions::new().max_connections(16).connect(url).await?)
 }

@@ -384,14 +384,21 @@ macro_rules! impl_step_tx {
                 run_id: &str,
                 parent: &str,
             ) -> $crate::error::StoreResult<Vec<$crate::rows::ChildRow>> {
+                // Not kept as a prepared statement, so it is planned for the tables as they are now: PostgreSQL
+                // switches a prepared statement to a generic plan after five runs, and a plan chosen while the
+                // tables were small (a sequential scan of `steps`) stayed as they grew, slowing every release
+                // from well under a millisecond to several.
                 Ok(sqlx::query_as::<$db, $crate::rows::ChildRow>($crate::sql::CHILDREN_RELEASE)
+                    .persistent(false)
                     .bind(run_id)
                     .bind(parent)
                     .fetch_all(&mut **self)
                     .await?)
             }
             async fn parent_statuses(&mut self, run_id: &str, child: &str) -> $crate::error::StoreResult<Vec<String>> {
+                // Not prepared, for the reason given at `children_release`.
                 Ok(sqlx::query_scalar::<$db, String>($crate::sql::PARENT_STATUSES)
+                    .persistent(false)
                     .bind(run_id)
                     .bind(child)
                     .fetch_all(&mut **self)

@@ -233,7 +233,7 @@ fn print_figures(figures: &Value, as_json: bool) {
             get("first_ms")
         ),
         _ => out!(
-            "memory     {setup}: {} pending timers in {} active runs: orchestrator RSS {} MB (idle before: {} MB)",
+            "memory     {setup}: {} pending timers in {} active runs: orchestrator RSS {} MB (before them: {} MB)",
             get("pending_timers"),
             get("active_runs"),
             get("rss_mb"),

@@ -29,7 +29,21 @@ const QUEUE: usize = 8192;
 /// An operation and where its outcome goes.
 pub(super) enum Pending {
     Report(ReportItem, oneshot::Sender<StoreResult<Report>>),
-    Claim(ClaimRequest, oneshot::Sender<StoreResult<Vec<Claimed>>>),
+    /// A claim; `park`: when nothing is claimable, register the claimer as a waiter instead of answering empty.
+    Claim {
+        request: ClaimRequest,
+        park: bool,
+        reply: oneshot::Sender<StoreResult<ClaimAnswer>>,
+    },
+}
+
+/// The answer to a claim.
+#[derive(Debug)]
+pub(crate) enum ClaimAnswer {
+    /// The steps leased (possibly none, when parking was not asked for).
+    Claimed(Vec<Claimed>),
+    /// Nothing was claimable; the claimer now waits as `ticket`, and released steps may arrive on `handoff`.
+    Parked { ticket: u64, handoff: oneshot::Receiver<Vec<Claimed>> },
 }
 
 /// The queue's sending half, held by the engine.
@@ -57,7 +71,7 @@ struct Batch {
     reports: Vec<ReportItem>,
     report_replies: Vec<oneshot::Sender<StoreResult<Report>>>,
     claims: Vec<ClaimRequest>,
-    claim_replies: Vec<oneshot::Sender<StoreResult<Vec<Claimed>>>>,
+    claim_replies: Vec<(bool, oneshot::Sender<StoreResult<ClaimAnswer>>)>,
 }
 
 impl Batch {
@@ -69,9 +83,9 @@ impl Batch {
                     batch.reports.push(item);
                     batch.report_replies.push(reply);
                 }
-                Pending::Claim(request, reply) => {
+                Pending::Claim { request, park, reply } => {
                     batch.claims.push(request);
-                    batch.claim_replies.push(reply);
+                    batch.claim_replies.push((park, reply));
                 }
             }
         }
@@ -92,10 +106,11 @@ impl Engine {
         outcome.await.map_err(|_| StoreError::Stopped)?
     }
 
-    /// Queues a claim and waits for the leased steps (after its batch committed).
-    pub(super) async fn queue_claim(&self, request: ClaimRequest) -> StoreResult<Vec<Claimed>> {
+    /// Queues a claim and waits for the leased steps (after its batch committed), or, with `park`, for the
+    /// waiter it became when nothing was claimable.
+    pub(super) async fn queue_claim(&self, request: ClaimRequest, park: bool) -> StoreResult<ClaimAnswer> {
         let (reply, outcome) = oneshot::channel();
-        self.enqueue(Pending::Claim(request, reply)).await?;
+        self.enqueue(Pending::Claim { request, park, reply }).await?;
         outcome.await.map_err(|_| StoreError::Stopped)?
     }
 
@@ -128,7 +143,7 @@ impl Engine {
                 tracing::warn!(error = %error, "operation not recorded");
                 if let Some(reply) = batch.report_replies.into_iter().next() {
                     let _ = reply.send(Err(error));
-                } else if let Some(reply) = batch.claim_replies.into_iter().next() {
+                } else if let Some((_, reply)) = batch.claim_replies.into_iter().next() {
                     let _ = reply.send(Err(error));
                 }
             }
@@ -137,8 +152,13 @@ impl Engine {
                 for (item, reply) in batch.reports.iter().zip(batch.report_replies) {
                     let _ = reply.send(self.write_one(item).await);
                 }
-                for (request, reply) in batch.claims.iter().zip(batch.claim_replies) {
-                    let _ = reply.send(self.claim_one(request).await);
+                for (request, (park, reply)) in batch.claims.iter().zip(batch.claim_replies) {
+                    match self.claim_one(request).await {
+                        Ok(claimed) => self.answer_claim(request, park, reply, claimed).await,
+                        Err(error) => {
+                            let _ = reply.send(Err(error));
+                        }
+                    }
                 }
             }
         }
@@ -152,11 +172,9 @@ impl Engine {
             retry_scheduled |= report == Report::RetryScheduled;
             let _ = reply.send(Ok(report));
         }
-        for ((request, reply), claimed) in batch.claims.iter().zip(batch.claim_replies).zip(outcome.claimed) {
+        for ((request, (park, reply)), claimed) in batch.claims.iter().zip(batch.claim_replies).zip(outcome.claimed) {
             self.claims_observed(&request.worker_id, &claimed, now);
-            if let Err(Ok(undelivered)) = reply.send(Ok(claimed)) {
-                self.unclaim(undelivered).await;
-            }
+            self.answer_claim(request, park, reply, claimed).await;
         }
         let mut handed = 0;
         for (waiter, claimed) in waiters.into_iter().zip(outcome.handed) {
@@ -169,6 +187,28 @@ impl Engine {
         // Pollers are woken only for what the hand-off did not cover, or for an earlier due time to sleep to.
         if outcome.ready_now > handed || retry_scheduled {
             self.wake();
+        }
+    }
+
+    /// Answers a committed claim: its steps, or (nothing claimed, parking asked) a waiter registered before the
+    /// next batch. Steps whose claimer is gone are given back.
+    async fn answer_claim(
+        &self,
+        request: &ClaimRequest,
+        park: bool,
+        reply: oneshot::Sender<StoreResult<ClaimAnswer>>,
+        claimed: Vec<Claimed>,
+    ) {
+        if claimed.is_empty() && park {
+            let (ticket, handoff) = self.inner.waiters.register(request.clone());
+            if reply.send(Ok(ClaimAnswer::Parked { ticket, handoff })).is_err() {
+                // The poll ended meanwhile; no batch ran since the registration, so nothing was handed to it.
+                self.inner.waiters.remove(ticket);
+            }
+            return;
+        }
+        if let Err(Ok(ClaimAnswer::Claimed(undelivered))) = reply.send(Ok(ClaimAnswer::Claimed(claimed))) {
+            self.unclaim(undelivered).await;
         }
     }
 

@@ -157,7 +157,10 @@ impl Engine {
         let now_ms = self.now_ms();
         let req = ClaimRequest { worker_id: worker_id.to_owned(), actions: actions.to_vec(), limit, now_ms };
         // Group-committed with other claims and reports; observed (metrics, spans) by the writer.
-        self.queue_claim(req).await
+        match self.queue_claim(req, false).await? {
+            commit::ClaimAnswer::Claimed(claimed) => Ok(claimed),
+            commit::ClaimAnswer::Parked { .. } => Ok(Vec::new()),
+        }
     }
 
     /// Records claims (by a poll or a hand-off) in the metrics and opens their attempt spans.
@@ -188,10 +191,11 @@ impl Engine {
         }
     }
 
-    /// Like [`Engine::claim`], but waits up to `max_wait` (real time) for work: steps released by reports are
-    /// handed to the oldest waiting polls in the reports' own transaction; other changes (submissions, timers
-    /// coming due, operator decisions) wake the polls to claim for themselves. Returns an empty list when
-    /// nothing came.
+    /// Like [`Engine::claim`], but waits up to `max_wait` (real time) for work. A claim that finds nothing
+    /// leaves the poll waiting (registered by the group-commit writer before its next batch); steps released by
+    /// reports are handed to the oldest waiting polls in the reports' own transaction; other changes
+    /// (submissions, timers coming due, operator decisions) wake the polls to claim for themselves. Returns an
+    /// empty list when nothing came.
     ///
     /// # Errors
     /// Store errors.
@@ -207,27 +211,28 @@ impl Engine {
             let notified = self.inner.wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let claimed = self.claim(worker_id, actions, limit).await?;
-            let now = tokio::time::Instant::now();
-            if !claimed.is_empty() || now >= deadline {
-                return Ok(claimed);
-            }
-            // Registered before anything else is awaited, so a report written meanwhile can hand its released
-            // steps to this poll.
-            let request = ClaimRequest { worker_id: worker_id.to_owned(), actions: actions.to_vec(), limit, now_ms: 0 };
-            let (ticket, mut handoff) = self.inner.waiters.register(request);
-            // Removes the waiter if this poll is dropped while registered (the worker went away).
+            let now_ms = self.now_ms();
+            let request = ClaimRequest { worker_id: worker_id.to_owned(), actions: actions.to_vec(), limit, now_ms };
+            // Parked by the writer itself when nothing was claimable, before it writes the next batch, so a
+            // report in that batch can already hand its released steps to this poll.
+            let wait_for_more = tokio::time::Instant::now() < deadline;
+            let (ticket, mut handoff) = match self.queue_claim(request, wait_for_more).await? {
+                commit::ClaimAnswer::Claimed(claimed) => return Ok(claimed),
+                commit::ClaimAnswer::Parked { ticket, handoff } => (ticket, handoff),
+            };
+            // Removes the waiter if this poll is dropped while it waits (the worker went away).
             let registration = Registration { waiters: &self.inner.waiters, ticket };
             let until_due = match self.inner.store.next_due().await? {
                 Some(due) => Duration::from_millis(u64::try_from(due - self.now_ms()).unwrap_or(0)),
                 None => MAX_IDLE_WAIT,
             };
-            let wait = until_due.min(MAX_IDLE_WAIT).min(deadline - now).max(Duration::from_millis(1));
+            let now = tokio::time::Instant::now();
+            let wait = until_due.min(MAX_IDLE_WAIT).min(deadline.saturating_duration_since(now));
             let handed = tokio::select! {
                 // `Err`: the batch that took this waiter failed; claim again.
                 handed = &mut handoff => handed.unwrap_or_default(),
                 () = &mut notified => registration.woken(handoff).await,
-                () = tokio::time::sleep(wait) => registration.woken(handoff).await,
+                () = tokio::time::sleep(wait.max(Duration::from_millis(1))) => registration.woken(handoff).await,
             };
             if !handed.is_empty() {
                 return Ok(handed);

@@ -1,7 +1,8 @@
 //! Long polls waiting for work, so the transaction that releases steps can claim them for a waiting worker in
 //! the same commit (a hand-off) instead of waking every poller to race for them.
 //!
-//! A poll that found nothing registers a [`Waiter`] (what it would claim, and where to send the result). A batch
+//! A poll whose claim found nothing is registered as a [`Waiter`] (what it would claim, and where to send the
+//! result) by the group-commit writer, before that writer's next batch. A batch
 //! of reports that made steps due takes waiters, oldest first, until their free slots cover those steps; the
 //! store claims for them inside the batch's transaction; after the commit each taken waiter receives its
 //! claims (possibly none: another claimer may have been faster). A waiter that is woken or times out first
