@@ -14,10 +14,6 @@ pub(crate) const PLAN_INSERT: &str =
 pub(crate) const RUN_INSERT: &str = "INSERT INTO runs (id, plan_id, status, input, context, idempotency_key, \
      step_count, open_steps, created_at, updated_at) VALUES ($1, $2, 'pending', $3, $4, $5, $6, $6, $7, $7)";
 
-/// Record an attempt start. Index: `attempts` PK.
-pub(crate) const ATTEMPT_INSERT: &str = "INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, \
-     worker_id, status, started_at) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7)";
-
 /// Mark runs running on their first claim. Locks the run row. Index: `runs` PK.
 pub(crate) const RUN_MARK_RUNNING: &str =
     "UPDATE runs SET status = 'running', updated_at = $2 WHERE id = $1 AND status = 'pending'";

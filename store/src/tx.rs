@@ -38,8 +38,12 @@ pub(crate) trait StepTx: Send {
         edges: &[(String, String)],
     ) -> impl Future<Output = StoreResult<()>> + Send;
     fn events_insert(&mut self, events: &[EventInsert]) -> impl Future<Output = StoreResult<()>> + Send;
-    fn attempt_insert(&mut self, lease: &Lease, action: &str, now: i64)
-    -> impl Future<Output = StoreResult<()>> + Send;
+    /// One multi-row insert for the attempts of one claim (`(lease, action)` pairs).
+    fn attempts_insert(
+        &mut self,
+        attempts: &[(Lease, String)],
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
     fn run_mark_running(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     fn step_leased(&mut self, lease: &Lease) -> impl Future<Output = StoreResult<Option<LeasedRow>>> + Send;
     fn step_finish(
@@ -249,22 +253,28 @@ macro_rules! impl_step_tx {
                 }
                 Ok(())
             }
-            async fn attempt_insert(
+            async fn attempts_insert(
                 &mut self,
-                lease: &$crate::model::Lease,
-                action: &str,
+                attempts: &[($crate::model::Lease, String)],
                 now: i64,
             ) -> $crate::error::StoreResult<()> {
-                sqlx::query::<$db>($crate::sql::ATTEMPT_INSERT)
-                    .bind(&lease.run_id)
-                    .bind(&lease.step_id)
-                    .bind(i64::from(lease.attempt))
-                    .bind(format!("{}/{}/{}", lease.run_id, lease.step_id, lease.attempt))
-                    .bind(action)
-                    .bind(&lease.worker_id)
-                    .bind(now)
-                    .execute(&mut **self)
-                    .await?;
+                // 7 binds per row: far under either database's limit for one claim (at most 256 steps).
+                for chunk in attempts.chunks(1000) {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status, started_at) ",
+                    );
+                    q.push_values(chunk, |mut b, (lease, action)| {
+                        b.push_bind(lease.run_id.as_str())
+                            .push_bind(lease.step_id.as_str())
+                            .push_bind(i64::from(lease.attempt))
+                            .push_bind(format!("{}/{}/{}", lease.run_id, lease.step_id, lease.attempt))
+                            .push_bind(action.as_str())
+                            .push_bind(lease.worker_id.as_str())
+                            .push_bind("running")
+                            .push_bind(now);
+                    });
+                    q.build().execute(&mut **self).await?;
+                }
                 Ok(())
             }
             async fn run_mark_running(&mut self, run_id: &str, now: i64) -> $crate::error::StoreResult<()> {

@@ -26,16 +26,24 @@ pub(crate) async fn claim<T: DialectTx>(
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<Vec<Claimed>> {
     let rows = tx.claim(req, lease_ttl_ms).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    let mut started_runs = HashSet::new();
-    for row in rows {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut attempts = Vec::with_capacity(rows.len());
+    for row in &rows {
         let lease = Lease {
             run_id: row.run_id.clone(),
             step_id: row.step_id.clone(),
             attempt: u32::try_from(row.attempt).map_err(|e| StoreError::corrupt("steps.attempt", e))?,
             worker_id: req.worker_id.clone(),
         };
-        tx.attempt_insert(&lease, &row.action, req.now_ms).await?;
+        attempts.push((lease, row.action.clone()));
+    }
+    // One statement for every attempt row of the claim.
+    tx.attempts_insert(&attempts, req.now_ms).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    let mut started_runs = HashSet::new();
+    for (row, (lease, _)) in rows.into_iter().zip(attempts) {
         if started_runs.insert(row.run_id.clone()) {
             tx.run_mark_running(&row.run_id, req.now_ms).await?;
         }
