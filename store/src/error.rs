@@ -18,6 +18,10 @@ pub enum StoreError {
         /// Why it is unusable.
         message: String,
     },
+    /// The database failed while a batch including this operation was written (the original error is in the
+    /// message). Retryable: nothing of the batch was recorded.
+    #[error("database error in a batch: {0}")]
+    Unavailable(String),
     /// The engine stopped before the operation was written (shutting down). Retryable: nothing was recorded.
     #[error("the orchestrator is stopping; nothing was recorded")]
     Stopped,
@@ -29,7 +33,7 @@ pub enum StoreError {
 impl StoreError {
     /// Whether repeating the whole operation may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Database(_) | StoreError::Stopped)
+        matches!(self, StoreError::Database(_) | StoreError::Unavailable(_) | StoreError::Stopped)
     }
 
     pub(crate) fn corrupt(what: &'static str, message: impl std::fmt::Display) -> Self {

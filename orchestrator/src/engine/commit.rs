@@ -8,9 +8,10 @@
 //! the batch's reports made due are claimed, in the same transaction, for long polls already waiting (see
 //! `waiters`): a chain step then costs one commit, not two.
 //!
-//! A batch that fails is applied again operation by operation, so one the store refuses (corrupt data) cannot
-//! fail the others, and each caller gets its own answer; a worker whose report failed resends it (reports are
-//! fenced by their lease, so a repeated report changes nothing).
+//! A batch that fails because the database is unreachable answers every caller with a retryable error (a
+//! worker resends its report; reports are fenced by their lease, so a repeated report changes nothing). A batch
+//! that fails for another reason (data the store refuses) is applied again operation by operation, so one bad
+//! operation cannot fail the others.
 
 use std::sync::{Mutex, Weak};
 
@@ -145,6 +146,18 @@ impl Engine {
                     let _ = reply.send(Err(error));
                 } else if let Some((_, reply)) = batch.claim_replies.into_iter().next() {
                     let _ = reply.send(Err(error));
+                }
+            }
+            // The database is unreachable: writing the operations one by one would wait out the same outage
+            // once per operation. Every caller gets a retryable error and resends.
+            Err(error) if error.is_retryable() => {
+                tracing::warn!(error = %error, operations = batch.len(), "batch not recorded");
+                let message = error.to_string();
+                for reply in batch.report_replies {
+                    let _ = reply.send(Err(StoreError::Unavailable(message.clone())));
+                }
+                for (_, reply) in batch.claim_replies {
+                    let _ = reply.send(Err(StoreError::Unavailable(message.clone())));
                 }
             }
             Err(error) => {
