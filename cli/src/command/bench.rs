@@ -41,11 +41,11 @@ use crate::client::Client;
 /// The scenarios `cairn bench` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
-    /// 20 sequential steps, 5 runs: per-step overhead.
+    /// 20 runs of 20 sequential steps: time per step (median, p99) and the orchestrator's hand-off gap.
     Chain,
     /// 200 parallel steps and a join: wall time.
     Fanout,
-    /// 2,000 independent steps: steps/s and dispatch latency.
+    /// One run of 10,000 independent steps: steps/s and dispatch latency.
     Throughput,
     /// 10,000 timers due at the same instant: time until all have fired.
     Timers,
