@@ -6,11 +6,10 @@
 use cairn_core::failure::{Failure, FailureRecord, codes};
 use cairn_core::machine::{AfterFailure, FailedAttempt, after_failure};
 use cairn_core::retry::RetryPolicy;
+use cairn_core::state::StepStatus;
 use serde_json::{Value, json};
 
-use cairn_core::state::StepStatus;
-
-use super::settle::{after_final_known, close_run};
+use super::settle::{Finished, after_final_known};
 use super::{event, rfc3339};
 use crate::error::{StoreError, StoreResult};
 use crate::model::Lease;
@@ -83,13 +82,9 @@ pub(crate) async fn complete<T: StepTx>(
     };
     tx.attempt_close(lease, &close, now).await?;
     events.push(event(&lease.run_id, Some(&lease.step_id), "step_succeeded", json!({"attempt": lease.attempt}), now));
-    if child_count == 0 {
-        // A leaf: nothing to release, only the run's open-step count to reduce.
-        close_run(tx, &lease.run_id, 1, now, events).await?;
-    } else {
-        let finished = vec![(lease.step_id.clone(), Some(StepStatus::Succeeded))];
-        after_final_known(tx, &lease.run_id, finished, now, events).await?;
-    }
+    let finished =
+        Finished { step_id: lease.step_id.clone(), status: Some(StepStatus::Succeeded), children: Some(child_count) };
+    after_final_known(tx, &lease.run_id, vec![finished], now, events).await?;
     Ok(Report::Succeeded)
 }
 
@@ -171,8 +166,8 @@ async fn fail_row<T: StepTx>(
     };
     tx.attempt_close(lease, &close, now).await?;
     if report == Report::Failed {
-        after_final_known(tx, &lease.run_id, vec![(lease.step_id.clone(), Some(StepStatus::Failed))], now, events)
-            .await?;
+        let finished = Finished { step_id: lease.step_id.clone(), status: Some(StepStatus::Failed), children: None };
+        after_final_known(tx, &lease.run_id, vec![finished], now, events).await?;
     }
     Ok(report)
 }

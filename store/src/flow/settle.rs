@@ -32,7 +32,19 @@ enum Decision {
 }
 
 /// A step that just became final, with its status when the caller knows it (saves reading it back).
-pub(crate) type Finished = (String, Option<StepStatus>);
+pub(crate) struct Finished {
+    pub(crate) step_id: String,
+    pub(crate) status: Option<StepStatus>,
+    /// How many steps depend on it, when known (`Some(0)`: nothing to release, the release query is skipped).
+    pub(crate) children: Option<i64>,
+}
+
+impl Finished {
+    /// A final step of which only the id is known.
+    pub(crate) fn id(step_id: String) -> Self {
+        Finished { step_id, status: None, children: None }
+    }
+}
 
 /// Decides candidates whose dependencies are all final; returns the steps that became final (skipped or
 /// failed). `parent` is the status of the step that released them, when known: a candidate with that single
@@ -121,7 +133,7 @@ async fn apply<T: StepTx>(
         events.push(event(run_id, Some(step_id), kind, data, now));
         if is_final {
             let status = if status == "skipped" { StepStatus::Skipped } else { StepStatus::Failed };
-            finals.push((step_id.to_owned(), Some(status)));
+            finals.push(Finished { step_id: step_id.to_owned(), status: Some(status), children: None });
         }
     }
     Ok(())
@@ -166,10 +178,10 @@ pub(crate) async fn after_final<T: StepTx>(
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
-    after_final_known(tx, run_id, finished.into_iter().map(|id| (id, None)).collect(), now, events).await
+    after_final_known(tx, run_id, finished.into_iter().map(Finished::id).collect(), now, events).await
 }
 
-/// [`after_final`] for steps whose final status the caller knows.
+/// [`after_final`] for steps whose final status or number of dependents the caller knows.
 pub(crate) async fn after_final_known<T: StepTx>(
     tx: &mut T,
     run_id: &str,
@@ -179,10 +191,14 @@ pub(crate) async fn after_final_known<T: StepTx>(
 ) -> StoreResult<()> {
     let mut closed = i64::try_from(finished.len()).unwrap_or(i64::MAX);
     let mut work = finished;
-    while let Some((parent, status)) = work.pop() {
-        let released = tx.children_release(run_id, &parent).await?;
+    while let Some(parent) = work.pop() {
+        if parent.children == Some(0) {
+            // A leaf: nothing to release (most steps of a wide run).
+            continue;
+        }
+        let released = tx.children_release(run_id, &parent.step_id).await?;
         let ready: Vec<ChildRow> = released.into_iter().filter(|c| c.pending_deps == 0).collect();
-        let finals = decide(tx, run_id, ready, status, now, events).await?;
+        let finals = decide(tx, run_id, ready, parent.status, now, events).await?;
         closed += i64::try_from(finals.len()).unwrap_or(0);
         work.extend(finals);
     }
@@ -190,7 +206,7 @@ pub(crate) async fn after_final_known<T: StepTx>(
 }
 
 /// Subtracts `closed` from the run's open steps and finishes the run at zero.
-pub(crate) async fn close_run<T: StepTx>(
+async fn close_run<T: StepTx>(
     tx: &mut T,
     run_id: &str,
     closed: i64,
