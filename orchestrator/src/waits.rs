@@ -92,6 +92,7 @@ impl Engine {
     /// # Errors
     /// Store errors.
     pub async fn start_event_waits(&self) -> StoreResult<usize> {
+        let _one_at_a_time = self.event_wait_start().lock().await;
         let started = self.store().start_event_waits(self.now_ms(), START_BATCH, self.report_limits()).await?;
         if started > 0 {
             self.wake();

@@ -55,6 +55,10 @@ struct Inner {
     waiters: waiters::Waiters,
     /// Reports and claims queued for the group-commit writer.
     commits: commit::CommitQueue,
+    /// Held while this orchestrator starts `event.wait` steps, so a caller of
+    /// [`Engine::start_event_waits`] returns only after any start already in flight (the waiting loop's) has
+    /// committed: an event delivered next then finds the armed wait instead of racing its start.
+    event_wait_start: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -92,6 +96,7 @@ impl Engine {
             spans: AttemptSpans::default(),
             waiters: waiters::Waiters::default(),
             commits: queue,
+            event_wait_start: tokio::sync::Mutex::new(()),
         });
         commit::spawn_writer(Arc::downgrade(&inner), writer);
         Ok(Engine { inner })
@@ -146,6 +151,15 @@ impl Engine {
             trace::run_submitted(&outcome.run_id);
         }
         self.wake();
+        // An `event.wait` root starts now rather than at the waiting loop's next pass, so its lookback is
+        // measured from the submission and an event sent right after the answer is matched. The run is stored
+        // either way: a failed start is retried by the loop.
+        if !outcome.existing
+            && run.plan.steps.iter().any(|s| s.action == cairn_core::event_wait::ACTION)
+            && let Err(e) = self.start_event_waits().await
+        {
+            tracing::warn!(run_id = %outcome.run_id, error = %e, "starting event waits after submit failed");
+        }
         Ok(outcome)
     }
 
@@ -256,6 +270,11 @@ impl Engine {
     pub async fn fail(&self, lease: &Lease, failure: &Failure) -> StoreResult<Report> {
         let kind = ReportKind::Fail { failure: failure.clone(), sample: rand::random::<f64>() };
         self.queue_report(ReportItem { lease: lease.clone(), kind }).await
+    }
+
+    /// The lock serialising this orchestrator's `event.wait` starts.
+    pub(crate) fn event_wait_start(&self) -> &tokio::sync::Mutex<()> {
+        &self.inner.event_wait_start
     }
 
     /// Limits applied to reports (output size).
