@@ -75,10 +75,18 @@ async fn endpoint() -> (String, Calls) {
     }
     let calls: Calls = Arc::default();
     let app = Router::new().route("/stream", get(stream)).route("/quick", get(quick)).with_state(calls.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, calls)
+    // The endpoint stands for an outside service: it runs on its own thread and runtime, so the times it
+    // records measure the worker alone, whatever the in-process orchestrator is doing on the test's runtime.
+    let (bound, url) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            bound.send(format!("http://{}", listener.local_addr().unwrap())).unwrap();
+            axum::serve(listener, app).await
+        })
+    });
+    (url.await.unwrap(), calls)
 }
 
 fn slow_plan(url: &str, max_attempts: u32) -> Value {
@@ -97,14 +105,20 @@ async fn closed_stream(calls: &Calls, index: usize, worker: &CairnProcess) -> Ca
     within_or(
         LIMIT,
         || async { calls_to(calls, "/stream").get(index).filter(|c| c.closed.is_some()).cloned() },
-        || format!("waiting until the worker closes /stream call {index}; worker log:\n{}", worker.log()),
+        || {
+            let seen = calls.lock().unwrap().clone();
+            format!(
+                "waiting until the worker closes /stream call {index}; calls {seen:?}; worker log:\n{}",
+                worker.log()
+            )
+        },
     )
     .await
 }
 
 /// C11: each attempt is aborted by the worker within 2 s + 500 ms of its start although heartbeats flow; the
 /// retry starts only after the first attempt's connection closed (no overlap); both attempts end `timeout`.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c11_the_worker_aborts_an_attempt_at_its_timeout_even_while_heartbeating() {
     for backend in backends() {
         let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
@@ -143,7 +157,7 @@ async fn c11_the_worker_aborts_an_attempt_at_its_timeout_even_while_heartbeating
 
 /// C11 slot variant: with one slot, a quick step of another run starts as soon as the slow attempt is aborted
 /// (by 2.6 s after the slow attempt started), not when it would have finished (10 s).
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c11_an_aborted_attempt_frees_the_workers_only_slot() {
     for backend in backends() {
         let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
