@@ -44,7 +44,8 @@ pub(crate) trait StepTx: Send {
         attempts: &[(Lease, String)],
         now: i64,
     ) -> impl Future<Output = StoreResult<()>> + Send;
-    fn run_mark_running(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Marks pending runs running (their first claim), in one statement.
+    fn runs_mark_running(&mut self, run_ids: &[&str], now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     fn step_leased(&mut self, lease: &Lease) -> impl Future<Output = StoreResult<Option<LeasedRow>>> + Send;
     fn step_finish(
         &mut self,
@@ -61,6 +62,16 @@ pub(crate) trait StepTx: Send {
         output: &str,
         now: i64,
     ) -> impl Future<Output = StoreResult<Option<i64>>> + Send;
+    /// [`StepTx::step_succeed`] for many leases in one statement (`UPDATE … FROM (VALUES …)`): returns
+    /// `(run_id, step_id, child_count)` of the steps whose lease was current, in no particular order. The leases
+    /// must name distinct steps (a step twice would be updated once, by either row).
+    fn steps_succeed(
+        &mut self,
+        done: &[(&Lease, &str)],
+        now: i64,
+    ) -> impl Future<Output = StoreResult<Vec<(String, String, i64)>>> + Send;
+    /// Closes the attempts of steps that just succeeded, in one statement.
+    fn attempts_succeed(&mut self, leases: &[&Lease], now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     fn step_unclaim(&mut self, lease: &Lease, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
     fn attempt_delete(&mut self, lease: &Lease) -> impl Future<Output = StoreResult<()>> + Send;
     fn step_requeue(
@@ -277,8 +288,21 @@ macro_rules! impl_step_tx {
                 }
                 Ok(())
             }
-            async fn run_mark_running(&mut self, run_id: &str, now: i64) -> $crate::error::StoreResult<()> {
-                sqlx::query::<$db>($crate::sql::RUN_MARK_RUNNING).bind(run_id).bind(now).execute(&mut **self).await?;
+            async fn runs_mark_running(&mut self, run_ids: &[&str], now: i64) -> $crate::error::StoreResult<()> {
+                if let [run_id] = run_ids {
+                    sqlx::query::<$db>($crate::sql::RUN_MARK_RUNNING).bind(*run_id).bind(now).execute(&mut **self).await?;
+                    return Ok(());
+                }
+                for chunk in run_ids.chunks(1000) {
+                    let mut q = sqlx::QueryBuilder::<$db>::new("UPDATE runs SET status = 'running', updated_at = ");
+                    q.push_bind(now).push(" WHERE status = 'pending' AND id IN (");
+                    let mut ids = q.separated(", ");
+                    for run_id in chunk {
+                        ids.push_bind(*run_id);
+                    }
+                    q.push(")");
+                    q.build().persistent(false).execute(&mut **self).await?;
+                }
                 Ok(())
             }
             async fn step_leased(
@@ -327,6 +351,61 @@ macro_rules! impl_step_tx {
                     .bind(now)
                     .fetch_optional(&mut **self)
                     .await?)
+            }
+            async fn steps_succeed(
+                &mut self,
+                done: &[(&$crate::model::Lease, &str)],
+                now: i64,
+            ) -> $crate::error::StoreResult<Vec<(String, String, i64)>> {
+                let mut succeeded = Vec::with_capacity(done.len());
+                // 5 binds per row: 1000 rows stay far under either database's parameter limit.
+                for chunk in done.chunks(1000) {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(
+                        "UPDATE steps SET status = 'succeeded', output = v.column5, error = NULL, lease_id = NULL, \
+                         lease_owner = NULL, lease_expires_at = NULL, finished_at = ",
+                    );
+                    q.push_bind(now).push(", updated_at = ").push_bind(now).push(" FROM (");
+                    q.push_values(chunk, |mut b, (lease, output)| {
+                        b.push_bind(lease.run_id.as_str())
+                            .push_bind(lease.step_id.as_str())
+                            .push_bind(i64::from(lease.attempt))
+                            .push_bind(lease.worker_id.as_str())
+                            .push_bind(*output);
+                    });
+                    q.push(
+                        ") AS v WHERE steps.run_id = v.column1 AND steps.step_id = v.column2 \
+                         AND steps.attempt = v.column3 AND steps.status = 'running' AND steps.lease_owner = v.column4 \
+                         RETURNING steps.run_id, steps.step_id, steps.child_count",
+                    );
+                    // The text varies with the row count: not worth a prepared statement per batch size.
+                    let query = q.build_query_as::<(String, String, i64)>().persistent(false);
+                    succeeded.extend(query.fetch_all(&mut **self).await?);
+                }
+                Ok(succeeded)
+            }
+            async fn attempts_succeed(
+                &mut self,
+                leases: &[&$crate::model::Lease],
+                now: i64,
+            ) -> $crate::error::StoreResult<()> {
+                for chunk in leases.chunks(1000) {
+                    let mut q = sqlx::QueryBuilder::<$db>::new("UPDATE attempts SET status = 'succeeded', ended_at = ");
+                    q.push_bind(now).push(
+                        ", failure_code = NULL, failure_message = NULL, failure_details = NULL, retryable = NULL, \
+                         retry_after_ms = NULL, suggestion = NULL, degraded = NULL FROM (",
+                    );
+                    q.push_values(chunk, |mut b, lease| {
+                        b.push_bind(lease.run_id.as_str())
+                            .push_bind(lease.step_id.as_str())
+                            .push_bind(i64::from(lease.attempt));
+                    });
+                    q.push(
+                        ") AS v WHERE attempts.run_id = v.column1 AND attempts.step_id = v.column2 \
+                         AND attempts.attempt = v.column3",
+                    );
+                    q.build().persistent(false).execute(&mut **self).await?;
+                }
+                Ok(())
             }
             async fn step_unclaim(&mut self, lease: &$crate::model::Lease, now: i64) -> $crate::error::StoreResult<bool> {
                 let done = sqlx::query::<$db>($crate::sql::STEP_UNCLAIM)

@@ -7,14 +7,19 @@
 //! is the ordinary claim statement (`FOR UPDATE SKIP LOCKED` / `UPDATE … RETURNING`), so a step handed off can
 //! never also be claimed by a poller, and a chain step costs one commit instead of two (complete, then claim).
 
-use serde_json::Value;
+use std::collections::{HashMap, HashSet};
 
-use super::{claim, finish};
+use cairn_core::state::StepStatus;
+use serde_json::{Value, json};
+
+use super::settle::{Finished, after_final_known};
+use super::{claim, event, finish};
 use crate::ReportLimits;
 use crate::error::StoreResult;
-use crate::model::{BatchOutcome, ClaimRequest, ReportItem, ReportKind};
+use crate::flow::finish::Report;
+use crate::model::{BatchOutcome, ClaimRequest, Lease, ReportItem, ReportKind};
 use crate::rows::EventInsert;
-use crate::tx::DialectTx;
+use crate::tx::{DialectTx, StepTx};
 
 /// Chooses waiting claimers once the batch's effects are known: given how many steps became due, returns the
 /// claim requests to serve in the same transaction (possibly none). Called again with the same count when the
@@ -33,11 +38,15 @@ pub(crate) async fn report_batch<T: DialectTx>(
     handoff: Handoff<'_>,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<BatchOutcome> {
+    let mut decided = complete_together(tx, items, limits, now, events).await?;
     let mut reports = Vec::with_capacity(items.len());
-    for item in items {
-        let report = match &item.kind {
-            ReportKind::Complete(output) => finish::complete(tx, &item.lease, output, limits, now, events).await?,
-            ReportKind::Fail { failure, sample } => {
+    for (item, done) in items.iter().zip(decided.iter_mut()) {
+        let report = match (done.take(), &item.kind) {
+            (Some(report), _) => report,
+            (None, ReportKind::Complete(output)) => {
+                finish::complete(tx, &item.lease, output, limits, now, events).await?
+            }
+            (None, ReportKind::Fail { failure, sample }) => {
                 finish::fail(tx, &item.lease, failure, *sample, now, events).await?
             }
         };
@@ -72,4 +81,72 @@ fn due_now(events: &[EventInsert], now: i64) -> usize {
                 .is_some_and(|at| at <= now)
         })
         .count()
+}
+
+/// Accepts the batch's plain completions together: one `UPDATE … FROM (VALUES …)` for the steps, one for their
+/// attempts, then one cascade per run (one run-counter update per run instead of one per step). Returns, per
+/// item, the report when decided here; `None` items are left to the one-by-one path, in order: failures,
+/// outputs over the limit (they fail the step), a second report for a step already in the set, and batches
+/// with fewer than two plain completions (the prepared single-step statement is as fast).
+///
+/// A report repeating an earlier item's lease is [`Report::Stale`]: the earlier report used the lease up, as
+/// it would one by one.
+async fn complete_together<T: StepTx>(
+    tx: &mut T,
+    items: &[ReportItem],
+    limits: ReportLimits,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<Vec<Option<Report>>> {
+    let mut decided = vec![None; items.len()];
+    let mut leases: HashSet<&Lease> = HashSet::new();
+    let mut steps: HashSet<(&str, &str)> = HashSet::new();
+    let mut plain: Vec<(usize, String)> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        if !leases.insert(&item.lease) {
+            decided[i] = Some(Report::Stale);
+            continue;
+        }
+        let ReportKind::Complete(output) = &item.kind else { continue };
+        let text = output.to_string();
+        if text.len() <= limits.max_output_bytes && steps.insert((&item.lease.run_id, &item.lease.step_id)) {
+            plain.push((i, text));
+        }
+    }
+    if plain.len() < 2 {
+        return Ok(decided);
+    }
+    let done: Vec<(&Lease, &str)> = plain.iter().map(|(i, text)| (&items[*i].lease, text.as_str())).collect();
+    let children: HashMap<(String, String), i64> =
+        tx.steps_succeed(&done, now).await?.into_iter().map(|(run, step, count)| ((run, step), count)).collect();
+    let mut closed: Vec<&Lease> = Vec::with_capacity(children.len());
+    // Runs in first-seen order, so the cascades run in a deterministic order.
+    let mut runs: Vec<(&str, Vec<Finished>)> = Vec::new();
+    let mut run_index: HashMap<&str, usize> = HashMap::new();
+    for (i, _) in &plain {
+        let lease = &items[*i].lease;
+        let Some(&count) = children.get(&(lease.run_id.clone(), lease.step_id.clone())) else {
+            decided[*i] = Some(Report::Stale);
+            continue;
+        };
+        decided[*i] = Some(Report::Succeeded);
+        closed.push(lease);
+        events.push(event(&lease.run_id, Some(&lease.step_id), "step_succeeded", json!({"attempt": lease.attempt}), now));
+        let finished =
+            Finished { step_id: lease.step_id.clone(), status: Some(StepStatus::Succeeded), children: Some(count) };
+        match run_index.get(lease.run_id.as_str()) {
+            Some(&at) => runs[at].1.push(finished),
+            None => {
+                run_index.insert(&lease.run_id, runs.len());
+                runs.push((&lease.run_id, vec![finished]));
+            }
+        }
+    }
+    if !closed.is_empty() {
+        tx.attempts_succeed(&closed, now).await?;
+    }
+    for (run_id, finished) in runs {
+        after_final_known(tx, run_id, finished, now, events).await?;
+    }
+    Ok(decided)
 }

@@ -41,12 +41,12 @@ pub(crate) async fn claim<T: DialectTx>(
     }
     // One statement for every attempt row of the claim.
     tx.attempts_insert(&attempts, req.now_ms).await?;
+    // And one for the runs this claim starts (their first claimed step).
+    let mut runs = HashSet::new();
+    let run_ids: Vec<&str> = rows.iter().map(|r| r.run_id.as_str()).filter(|id| runs.insert(*id)).collect();
+    tx.runs_mark_running(&run_ids, req.now_ms).await?;
     let mut out = Vec::with_capacity(rows.len());
-    let mut started_runs = HashSet::new();
     for (row, (lease, _)) in rows.into_iter().zip(attempts) {
-        if started_runs.insert(row.run_id.clone()) {
-            tx.run_mark_running(&row.run_id, req.now_ms).await?;
-        }
         let data = json!({"attempt": lease.attempt, "worker_id": req.worker_id});
         events.push(event(&row.run_id, Some(&row.step_id), "step_started", data, req.now_ms));
         match resolve(tx, &row).await? {

@@ -120,7 +120,56 @@ async fn an_undelivered_claim_is_given_back_without_using_an_attempt(store: Stor
     );
 }
 
+async fn completions_accepted_together_end_as_they_would_one_by_one(store: Store) {
+    let join = json!({"id": "j", "action": "noop", "args": {}, "depends_on": ["a", "b"]});
+    let doc = steps(vec![noop("a", &[], json!({})), noop("b", &[], json!({})), noop("c", &[], json!({})), join]);
+    submit(&store, "r1", &doc).await;
+    submit(&store, "r2", &steps(vec![noop("d", &[], json!({}))])).await;
+    let claimed = claim(&store, T0).await;
+    let lease_of = |id: &str| claimed.iter().find(|c| c.lease.step_id == id).expect("claimed").lease.clone();
+    let (a, b, c, d) = (lease_of("a"), lease_of("b"), lease_of("c"), lease_of("d"));
+    for run_id in ["r1", "r2"] {
+        assert_eq!(run(&store, run_id).await.status, "running", "one claim starts both runs");
+    }
+    let foreign = Lease { worker_id: "intruder".into(), ..c.clone() };
+    let huge = json!({"text": "x".repeat(LIMITS.max_output_bytes)});
+    let items = vec![
+        complete(&a, json!({"n": 1})),
+        complete(&foreign, json!({"n": 0})),
+        complete(&b, json!({"n": 2})),
+        complete(&c, json!({"n": 3})),
+        complete(&d, huge),
+        complete(&a, json!({"n": 9})),
+    ];
+    let nobody = |_: usize| Vec::new();
+
+    let outcome = store.report_batch(&items, &[], LIMITS, TTL, T0 + 10, &nobody).await.expect("the batch commits");
+
+    assert_eq!(
+        outcome.reports,
+        [Report::Succeeded, Report::Stale, Report::Succeeded, Report::Succeeded, Report::Failed, Report::Stale],
+        "fenced per lease: a foreign worker's report is stale and does not hide the holder's; an oversized output \
+         fails its step; a repeated lease is stale"
+    );
+    for (id, n) in [("a", 1), ("b", 2), ("c", 3)] {
+        assert_eq!(step(&store, "r1", id).await.output, Some(json!({"n": n})), "{id} keeps its own output");
+    }
+    let attempts = store.attempts("r1").await.expect("the store answers");
+    let closed: Vec<(&str, &str, Option<i64>)> =
+        attempts.iter().map(|t| (t.step_id.as_str(), t.status.as_str(), t.ended_at_ms)).collect();
+    let at = Some(T0 + 10);
+    assert_eq!(closed, [("a", "succeeded", at), ("b", "succeeded", at), ("c", "succeeded", at)]);
+    assert_eq!(outcome.ready_now, 1, "the join is released once, by its last parent");
+    assert_eq!(status(&store, "r1", "j").await, "ready");
+    assert_eq!(run(&store, "r2").await.status, "failed", "output_too_large fails d and its run");
+    assert_eq!(run(&store, "r1").await.status, "running", "j is still open");
+    let j = claim_one(&store, T0 + 11).await.lease;
+    assert_eq!(j.step_id, "j");
+    run_to_end(&store, &j).await;
+}
+
 contract_tests!(
+    completions_accepted_together_end_as_they_would_one_by_one,
     a_batch_decides_each_report_as_if_alone_and_hands_released_steps_to_a_waiting_claimer,
     claims_in_a_batch_run_after_its_reports_and_see_what_they_released,
     an_undelivered_claim_is_given_back_without_using_an_attempt,
