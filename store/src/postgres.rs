@@ -33,6 +33,9 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
      WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $7 \
      RETURNING lease_expires_at";
 
+/// See [`DialectTx::claim`] below; `SET LOCAL` ends with the transaction.
+const NO_BITMAP_SCANS: &str = "SET LOCAL enable_bitmapscan = off";
+
 /// Running steps with an expired lease, locked so two reapers split the work. Index: `steps_lease_idx`.
 const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, \
      deadline_at, heartbeat_timeout_ms FROM steps WHERE status = 'running' AND lease_expires_at <= $1 \
@@ -40,6 +43,12 @@ const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retr
 
 impl DialectTx for Transaction<'_, Postgres> {
     async fn claim(&mut self, req: &ClaimRequest, lease_ttl_ms: i64) -> StoreResult<Vec<ClaimedRow>> {
+        // The claim must walk `steps_ready_idx` in `available_at` order and stop at `LIMIT`. Right after a large
+        // submission the statistics still say almost no step is ready, and the planner then prefers a bitmap
+        // scan that reads every ready row and sorts them: 3–5 ms per claim at 10,000 ready steps instead of
+        // 0.3 ms (measured with EXPLAIN ANALYZE). Bitmap scans buy nothing for the point and key lookups of a
+        // claiming transaction, so they are disabled for the rest of it.
+        sqlx::query::<Postgres>(NO_BITMAP_SCANS).execute(&mut **self).await?;
         Ok(sqlx::query_as::<Postgres, ClaimedRow>(CLAIM)
             .bind(&req.worker_id)
             .bind(req.now_ms)
