@@ -131,7 +131,13 @@ async fn complete_together<T: StepTx>(
         };
         decided[*i] = Some(Report::Succeeded);
         closed.push(lease);
-        events.push(event(&lease.run_id, Some(&lease.step_id), "step_succeeded", json!({"attempt": lease.attempt}), now));
+        events.push(event(
+            &lease.run_id,
+            Some(&lease.step_id),
+            "step_succeeded",
+            json!({"attempt": lease.attempt}),
+            now,
+        ));
         let finished =
             Finished { step_id: lease.step_id.clone(), status: Some(StepStatus::Succeeded), children: Some(count) };
         match run_index.get(lease.run_id.as_str()) {
