@@ -129,7 +129,7 @@ fn outcome(report: Report) -> ReportResponse {
         Report::OutcomeUnknown => ReportOutcome::OutcomeUnknown,
         Report::Stale => ReportOutcome::Stale,
     };
-    ReportResponse { outcome: outcome.into() }
+    ReportResponse { outcome: outcome.into(), next: Vec::new() }
 }
 
 #[tonic::async_trait]
@@ -174,8 +174,26 @@ impl WorkerService for WorkerGrpc {
         let req = request.into_inner();
         let lease = lease(&req.worker_id, req.lease)?;
         let output = json("output_json", &req.output_json)?;
-        let report = self.engine.complete(&lease, &output).await.map_err(|e| unavailable(&e))?;
-        Ok(Response::new(outcome(report)))
+        if req.next_max_attempts == 0 {
+            let report = self.engine.complete(&lease, &output).await.map_err(|e| unavailable(&e))?;
+            return Ok(Response::new(outcome(report)));
+        }
+        // The report is queued first, so the claim sees what it released (same batch or a later one).
+        let limit = req.next_max_attempts.clamp(1, 256);
+        let (report, claimed) = tokio::join!(
+            self.engine.complete(&lease, &output),
+            self.engine.claim(&req.worker_id, &req.next_actions, limit)
+        );
+        let report = report.map_err(|e| unavailable(&e))?;
+        // A failed claim costs the worker nothing but this shortcut: its slot goes back to polling.
+        let claimed = claimed.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "claim after a completion failed; the worker polls instead");
+            Vec::new()
+        });
+        let now = self.engine.now_ms();
+        let mut response = outcome(report);
+        response.next = claimed.into_iter().map(|c| attempt(c, now)).collect();
+        Ok(Response::new(response))
     }
 
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<ReportResponse>, Status> {

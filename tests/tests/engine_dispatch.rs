@@ -1,12 +1,18 @@
 //! Dispatch under group commit (issue 8), through the real engine and store on every available backend: reports
-//! and claims share transactions, steps released by a report go to a poll already waiting, and concurrent
-//! workers still run every step exactly once.
+//! and claims share transactions, steps released by a report go to a poll already waiting or to the completion
+//! that asked for its slot's next attempt (over the real gRPC protocol), and concurrent workers still run every
+//! step exactly once.
 
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_core::clock::ManualClock;
+use cairn_proto::v1::worker_service_client::WorkerServiceClient;
+use cairn_proto::v1::{Attempt, CompleteRequest, PollRequest, ReportOutcome};
+use cairn_tests::http::{HttpApp, step};
 use cairn_tests::{TestApp, backends};
 use serde_json::json;
 
@@ -93,5 +99,51 @@ async fn concurrent_workers_run_every_step_of_a_fan_out_exactly_once() {
         assert_eq!(summary.status, "succeeded", "{backend:?}");
         let attempts = app.store().attempts(&run).await.unwrap();
         assert_eq!(attempts.len(), 61, "{backend:?}: one attempt per step, none lost or repeated");
+    }
+}
+
+fn step_ids(attempts: &[Attempt]) -> Vec<&str> {
+    attempts.iter().map(|a| a.lease.as_ref().map_or("", |l| l.step_id.as_str())).collect()
+}
+
+fn completion(attempt: &Attempt, next_max_attempts: u32) -> CompleteRequest {
+    CompleteRequest {
+        worker_id: "w1".into(),
+        lease: attempt.lease.clone(),
+        output_json: "{}".into(),
+        next_max_attempts,
+        next_actions: actions(),
+    }
+}
+
+#[tokio::test]
+async fn a_completion_that_asks_for_its_slots_next_attempt_gets_the_dependent_it_released() {
+    for backend in backends() {
+        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+        let run = app
+            .submit(json!({"steps":[
+                {"id":"a","action":"noop","args":{}},
+                {"id":"b","action":"noop","args":{"from": "$a.output"},"depends_on":["a"]},
+                {"id":"c","action":"noop","args":{},"depends_on":["b"]}
+            ]}))
+            .await;
+        let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
+        let poll = PollRequest { worker_id: "w1".into(), actions: actions(), max_attempts: 4, wait_ms: 1000 };
+        let a = worker.poll(poll).await.unwrap().into_inner().attempts;
+        assert_eq!(step_ids(&a), ["a"], "{backend:?}");
+
+        let answer = worker.complete(completion(&a[0], 1)).await.unwrap().into_inner();
+
+        assert_eq!(answer.outcome(), ReportOutcome::Succeeded, "{backend:?}");
+        assert_eq!(step_ids(&answer.next), ["b"], "{backend:?}: the released dependent comes back with the answer");
+        let b = &answer.next[0];
+        assert_eq!(b.lease.as_ref().unwrap().attempt, 1, "{backend:?}");
+        assert_eq!(b.args_json, r#"{"from":{}}"#, "{backend:?}: its placeholders are resolved as for a poll");
+        assert_eq!(step(&app.run(&run).await, "b")["status"], "running", "{backend:?}: leased to w1");
+
+        let answer = worker.complete(completion(b, 0)).await.unwrap().into_inner();
+        assert_eq!(answer.outcome(), ReportOutcome::Succeeded, "{backend:?}");
+        assert!(answer.next.is_empty(), "{backend:?}: a completion that asks for nothing gets nothing");
+        assert_eq!(step(&app.run(&run).await, "c")["status"], "ready", "{backend:?}: c waits for a poll");
     }
 }

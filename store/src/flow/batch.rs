@@ -17,7 +17,7 @@ use super::{claim, event, finish};
 use crate::ReportLimits;
 use crate::error::StoreResult;
 use crate::flow::finish::Report;
-use crate::model::{BatchOutcome, ClaimRequest, Lease, ReportItem, ReportKind};
+use crate::model::{BatchOutcome, ClaimRequest, Claimed, Lease, ReportItem, ReportKind};
 use crate::rows::EventInsert;
 use crate::tx::{DialectTx, StepTx};
 
@@ -52,25 +52,53 @@ pub(crate) async fn report_batch<T: DialectTx>(
         };
         reports.push(report);
     }
-    let ready_now = due_now(events, now);
-    let mut claimed = Vec::with_capacity(claims.len());
-    for request in claims {
-        let request = ClaimRequest { now_ms: now, ..request.clone() };
-        claimed.push(claim::claim(tx, &request, lease_ttl_ms, events).await?);
-    }
-    let mut handed = Vec::new();
-    if ready_now > 0 {
-        for mut request in handoff(ready_now) {
-            request.now_ms = now;
-            handed.push(claim::claim(tx, &request, lease_ttl_ms, events).await?);
-        }
-    }
+    let released = due_now(events, now);
+    let claimed = claim_all(tx, claims, lease_ttl_ms, now, events).await?;
+    // What the batch released and its own claims did not take is what waiting polls can have.
+    let taken = claimed
+        .iter()
+        .flatten()
+        .filter(|c| released.contains(&(c.lease.run_id.clone(), c.lease.step_id.clone())))
+        .count();
+    let ready_now = released.len().saturating_sub(taken);
+    let handed =
+        if ready_now > 0 { claim_all(tx, &handoff(ready_now), lease_ttl_ms, now, events).await? } else { Vec::new() };
     Ok(BatchOutcome { reports, claimed, ready_now, handed })
 }
 
-/// Steps made ready in this transaction whose time has come (a dependent with a future `not_before` or a retry
-/// in backoff is not due yet).
-fn due_now(events: &[EventInsert], now: i64) -> usize {
+/// Serves `claims` in order with one claim statement per worker and action list: a worker's requests in one
+/// batch (the claim riding on each of its completions, a poll) share the statement, and the leased steps, in
+/// claim order, are dealt out in request order, each request taking at most its limit. Returns one list per
+/// request.
+async fn claim_all<T: DialectTx>(
+    tx: &mut T,
+    claims: &[ClaimRequest],
+    lease_ttl_ms: i64,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<Vec<Vec<Claimed>>> {
+    let mut out: Vec<Vec<Claimed>> = claims.iter().map(|_| Vec::new()).collect();
+    let mut served = vec![false; claims.len()];
+    for first in 0..claims.len() {
+        if served[first] {
+            continue;
+        }
+        let same = |c: &ClaimRequest| c.worker_id == claims[first].worker_id && c.actions == claims[first].actions;
+        let group: Vec<usize> = (first..claims.len()).filter(|&j| !served[j] && same(&claims[j])).collect();
+        let limit = group.iter().map(|&j| claims[j].limit).fold(0_u32, u32::saturating_add);
+        let request = ClaimRequest { now_ms: now, limit, ..claims[first].clone() };
+        let mut leased = claim::claim(tx, &request, lease_ttl_ms, events).await?.into_iter();
+        for j in group {
+            served[j] = true;
+            out[j] = leased.by_ref().take(usize::try_from(claims[j].limit).unwrap_or(usize::MAX)).collect();
+        }
+    }
+    Ok(out)
+}
+
+/// Steps made ready in this transaction whose time has come, as `(run_id, step_id)` (a dependent with a future
+/// `not_before` or a retry in backoff is not due yet).
+fn due_now(events: &[EventInsert], now: i64) -> HashSet<(String, String)> {
     events
         .iter()
         .filter(|e| e.kind == "step_ready")
@@ -80,7 +108,8 @@ fn due_now(events: &[EventInsert], now: i64) -> usize {
                 .and_then(|d| d.get("available_at").and_then(Value::as_i64))
                 .is_some_and(|at| at <= now)
         })
-        .count()
+        .filter_map(|e| Some((e.run_id.clone(), e.step_id.clone()?)))
+        .collect()
 }
 
 /// Accepts the batch's plain completions together: one `UPDATE … FROM (VALUES …)` for the steps, one for their

@@ -168,7 +168,40 @@ async fn completions_accepted_together_end_as_they_would_one_by_one(store: Store
     run_to_end(&store, &j).await;
 }
 
+async fn a_workers_claims_in_one_batch_share_out_the_leased_steps_and_the_hand_off_gets_only_the_rest(store: Store) {
+    let doc = steps(vec![
+        noop("a", &[], json!({})),
+        noop("b1", &["a"], json!({})),
+        noop("b2", &["a"], json!({})),
+        noop("b3", &["a"], json!({})),
+    ]);
+    submit(&store, "r1", &doc).await;
+    let a = claim_one(&store, T0).await.lease;
+    let claims = [request("w1", 1), request("w2", 1), request("w1", 1)];
+    let asked = std::sync::Mutex::new(Vec::new());
+    let handoff = |due: usize| {
+        asked.lock().expect("not poisoned").push(due);
+        vec![request("waiting-worker", 4)]
+    };
+
+    let outcome = store
+        .report_batch(&[complete(&a, json!({}))], &claims, LIMITS, TTL, T0 + 5, &handoff)
+        .await
+        .expect("the batch commits");
+
+    let owners: Vec<Vec<&str>> =
+        outcome.claimed.iter().map(|c| c.iter().map(|s| s.lease.worker_id.as_str()).collect()).collect();
+    assert_eq!(owners, [vec!["w1"], vec!["w2"], vec!["w1"]], "one answer per request, each within its limit");
+    let mut leased: Vec<&str> = outcome.claimed.iter().flatten().map(|s| s.lease.step_id.as_str()).collect();
+    leased.sort_unstable();
+    assert_eq!(leased, ["b1", "b2", "b3"], "w1's two requests share one claim and deal its steps out: none twice");
+    assert_eq!(outcome.ready_now, 0, "the batch's own claims took every step it released");
+    assert!(asked.lock().expect("not poisoned").is_empty(), "so no waiting poll is asked");
+    assert!(outcome.handed.is_empty());
+}
+
 contract_tests!(
+    a_workers_claims_in_one_batch_share_out_the_leased_steps_and_the_hand_off_gets_only_the_rest,
     completions_accepted_together_end_as_they_would_one_by_one,
     a_batch_decides_each_report_as_if_alone_and_hands_released_steps_to_a_waiting_claimer,
     claims_in_a_batch_run_after_its_reports_and_see_what_they_released,

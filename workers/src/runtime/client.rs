@@ -116,11 +116,24 @@ impl OrchestratorClient {
         Ok(self.inner.clone().heartbeat(timed(req, CALL_TIMEOUT)).await?.into_inner().alive)
     }
 
-    /// Reports a successful attempt.
-    pub(crate) async fn complete(&self, lease: &pb::Lease, output_json: String) -> Result<ReportOutcome, Status> {
-        let req = CompleteRequest { worker_id: self.worker_id.to_string(), lease: Some(lease.clone()), output_json };
+    /// Reports a successful attempt, asking for up to `next_max_attempts` attempts of `next_actions` in the same
+    /// call (0: none). Returns the outcome and the attempts claimed for this worker.
+    pub(crate) async fn complete(
+        &self,
+        lease: &pb::Lease,
+        output_json: String,
+        next_max_attempts: u32,
+        next_actions: &[String],
+    ) -> Result<(ReportOutcome, Vec<pb::Attempt>), Status> {
+        let req = CompleteRequest {
+            worker_id: self.worker_id.to_string(),
+            lease: Some(lease.clone()),
+            output_json,
+            next_max_attempts,
+            next_actions: next_actions.to_vec(),
+        };
         let response = self.inner.clone().complete(timed(req, CALL_TIMEOUT)).await?.into_inner();
-        Ok(response.outcome())
+        Ok((response.outcome(), response.next))
     }
 
     /// Reports a failed attempt.

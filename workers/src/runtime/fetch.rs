@@ -32,7 +32,7 @@ use tokio_util::task::TaskTracker;
 use tower::{Layer, Service};
 
 use super::client::OrchestratorClient;
-use super::job::AttemptJob;
+use super::job::{AttemptJob, take_slot};
 use super::{RuntimeError, Session};
 
 /// The code of an attempt returned unstarted at shutdown.
@@ -87,6 +87,9 @@ struct Fetcher {
 impl Fetcher {
     async fn next(&mut self) -> Task<AttemptJob> {
         loop {
+            if let Some(handed) = self.session.handed.pop() {
+                self.buffer.push_back(handed);
+            }
             if let Some((attempt, slot)) = self.buffer.pop_front() {
                 let session = &self.session;
                 match AttemptJob::task(attempt, slot, &session.client, session.heartbeat_every) {
@@ -121,14 +124,19 @@ impl Fetcher {
             self.register_first = false;
             tracing::info!("registered again with the orchestrator");
         }
+        // An attempt handed over with a completion's answer wins over starting or finishing a poll: it already
+        // has its slot. Returning lets `next` take it from the queue.
         let in_flight = match &mut self.in_flight {
             Some(poll) => poll,
-            None => {
-                let poll = self.start_poll().await;
-                self.in_flight.insert(poll)
-            }
+            None => tokio::select! {
+                () = self.session.handed.arrived() => return Ok(()),
+                poll = start_poll(&self.session, &self.slots) => self.in_flight.insert(poll),
+            },
         };
-        let outcome = (&mut in_flight.handle).await;
+        let outcome = tokio::select! {
+            () = self.session.handed.arrived() => return Ok(()),
+            outcome = &mut in_flight.handle => outcome,
+        };
         let Some(InFlightPoll { slots, .. }) = self.in_flight.take() else { return Ok(()) };
         match outcome {
             Ok(Some(Ok(attempts))) => {
@@ -156,37 +164,38 @@ impl Fetcher {
             Err(join) => Err(tonic::Status::unknown(format!("the poll task failed: {join}"))),
         }
     }
+}
 
-    /// Waits for a free slot, takes all free slots, and starts a poll for that many attempts.
-    async fn start_poll(&self) -> InFlightPoll {
-        let mut slots = Vec::new();
-        // The semaphore is never closed, so acquiring only waits.
-        if let Ok(first) = self.slots.clone().acquire_owned().await {
-            slots.push(first);
-        }
-        while let Ok(more) = self.slots.clone().try_acquire_owned() {
-            slots.push(more);
-        }
-        let abandon = self.session.stopping.child_token();
-        let max = u32::try_from(slots.len()).unwrap_or(u32::MAX);
-        tracing::trace!(slots = max, "polling for attempts");
-        let (session, stop) = (self.session.clone(), abandon.clone());
-        let handle = tokio::spawn(async move {
-            tokio::select! {
-                // A poll that was answered wins over a stop in the same instant: its attempts get returned.
-                biased;
-                polled = session.client.poll(&session.action_names, max, session.poll_wait) => Some(polled),
-                () = stop.cancelled() => None,
-            }
-        });
-        InFlightPoll { handle, abandon, slots }
+/// Waits for a free slot, takes all free slots, and starts a poll for that many attempts.
+async fn start_poll(session: &Arc<Session>, free: &Arc<Semaphore>) -> InFlightPoll {
+    let mut slots = Vec::new();
+    // The semaphore is never closed, so acquiring only waits.
+    if let Ok(first) = free.clone().acquire_owned().await {
+        slots.push(first);
     }
+    while let Ok(more) = free.clone().try_acquire_owned() {
+        slots.push(more);
+    }
+    let abandon = session.stopping.child_token();
+    let max = u32::try_from(slots.len()).unwrap_or(u32::MAX);
+    tracing::trace!(slots = max, "polling for attempts");
+    let (session, stop) = (session.clone(), abandon.clone());
+    let handle = tokio::spawn(async move {
+        tokio::select! {
+            // A poll that was answered wins over a stop in the same instant: its attempts get returned.
+            biased;
+            polled = session.client.poll(&session.action_names, max, session.poll_wait) => Some(polled),
+            () = stop.cancelled() => None,
+        }
+    });
+    InFlightPoll { handle, abandon, slots }
 }
 
 impl Drop for Fetcher {
     /// Abandons the in-flight poll and returns every attempt received but not started.
     fn drop(&mut self) {
-        let unstarted: Vec<pb::Attempt> = self.buffer.drain(..).map(|(attempt, _slot)| attempt).collect();
+        let mut unstarted: Vec<pb::Attempt> = self.buffer.drain(..).map(|(attempt, _slot)| attempt).collect();
+        unstarted.extend(self.session.handed.drain());
         let in_flight = self.in_flight.take();
         if let Some(poll) = &in_flight {
             poll.abandon.cancel();
@@ -218,7 +227,7 @@ fn spawn_tracked(tracker: &TaskTracker, task: impl std::future::Future<Output = 
 
 /// Fails an attempt that never started with `did_not_take_effect`, so it is retried without waiting for its
 /// lease to expire (and without going to `outcome_unknown` when the step is not idempotent).
-async fn return_unstarted(client: &OrchestratorClient, attempt: pb::Attempt) {
+pub(crate) async fn return_unstarted(client: &OrchestratorClient, attempt: pb::Attempt) {
     let Some(lease) = attempt.lease else { return };
     let failure = pb::Failure {
         code: WORKER_SHUTDOWN.into(),
@@ -283,12 +292,13 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut task: Task<AttemptJob>) -> Self::Future {
-        let slot = task.args.slot.take();
+    fn call(&mut self, task: Task<AttemptJob>) -> Self::Future {
+        let slot = task.args.slot.clone();
         let attempt = self.inner.call(task);
         Box::pin(async move {
             let outcome = attempt.await;
-            drop(slot);
+            // Still here unless the report passed it on to an attempt claimed with the completion.
+            drop(take_slot(&slot));
             outcome
         })
     }

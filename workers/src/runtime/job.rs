@@ -1,6 +1,6 @@
 //! One leased attempt as an apalis task: what to run, until when, and where its progress goes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use apalis::prelude::{Task, TaskBuilder};
@@ -32,14 +32,24 @@ pub(crate) struct AttemptJob {
     pub(crate) progress: Arc<LeaseProgress>,
     /// How often the runtime heartbeats while the action runs.
     pub(crate) heartbeat_every: Duration,
-    /// The worker slot this attempt occupies, released when the attempt (report included) is over.
-    pub(crate) slot: Option<OwnedSemaphorePermit>,
+    /// The worker slot this attempt occupies, released when the attempt (report included) is over, unless the
+    /// report passed it on to an attempt claimed with the completion (see `super::handed`).
+    pub(crate) slot: SlotCell,
 }
 
-/// Task data the report layer reads: which lease to report under.
+/// An attempt's slot, shared by the slot-release layer and the reporter.
+pub(crate) type SlotCell = Arc<Mutex<Option<OwnedSemaphorePermit>>>;
+
+/// Takes the slot out of `cell` (`None` once taken).
+pub(crate) fn take_slot(cell: &SlotCell) -> Option<OwnedSemaphorePermit> {
+    cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+}
+
+/// Task data the report layer reads: which lease to report under, and the slot a completion may pass on.
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseInfo {
     pub(crate) lease: pb::Lease,
+    pub(crate) slot: SlotCell,
 }
 
 impl AttemptJob {
@@ -75,7 +85,8 @@ impl AttemptJob {
         if !attempt.idempotency_key.is_empty() {
             ctx.idempotency_key = attempt.idempotency_key;
         }
-        let info = LeaseInfo { lease: lease.clone() };
+        let slot: SlotCell = Arc::new(Mutex::new(Some(slot)));
+        let info = LeaseInfo { lease: lease.clone(), slot: slot.clone() };
         let job = AttemptJob {
             lease,
             action: attempt.action,
@@ -85,7 +96,7 @@ impl AttemptJob {
             ctx,
             progress,
             heartbeat_every: heartbeat_every(registered_heartbeat, attempt.heartbeat_timeout_ms),
-            slot: Some(slot),
+            slot,
         };
         Some(TaskBuilder::new(job).data(info).build())
     }

@@ -31,6 +31,7 @@
 mod client;
 mod deadline;
 mod fetch;
+mod handed;
 mod handler;
 mod job;
 mod outcome;
@@ -186,6 +187,8 @@ pub(crate) struct Session {
     /// Tasks returning unstarted attempts, awaited (bounded) before [`run`] returns.
     returns: TaskTracker,
     fatal: FatalError,
+    /// Attempts claimed with a completion, waiting for the fetcher.
+    handed: handed::Handed,
 }
 
 /// Registers `config.actions` with the orchestrator and runs attempts until `shutdown` resolves (then drains, see
@@ -223,9 +226,10 @@ pub async fn run(
         stopping: CancellationToken::new(),
         returns: TaskTracker::new(),
         fatal: FatalError::default(),
+        handed: handed::Handed::default(),
     });
     let source = FetchSource { session: session.clone(), slots: Arc::new(Semaphore::new(config.concurrency)) };
-    let reporter = Reporter::new(client, config.report_give_up_after, heartbeat_every);
+    let reporter = Reporter::new(session.clone(), config.report_give_up_after, heartbeat_every);
     let (worker_id, concurrency, drain_timeout) = (config.worker_id.clone(), config.concurrency, config.drain_timeout);
 
     let monitor = Monitor::new()
@@ -273,6 +277,16 @@ pub async fn run(
     let outcome = monitor.run_with_signal(signal).await;
 
     session.stopping.cancel();
+    // Attempts handed over with a completion after the fetcher stopped: returned like any unstarted attempt.
+    let unstarted = session.handed.drain();
+    if !unstarted.is_empty() {
+        let client = session.client.clone();
+        session.returns.spawn(async move {
+            for attempt in unstarted {
+                fetch::return_unstarted(&client, attempt).await;
+            }
+        });
+    }
     session.returns.close();
     if tokio::time::timeout(RETURN_WAIT, session.returns.wait()).await.is_err() {
         tracing::warn!("gave up returning unstarted attempts; their leases will expire");

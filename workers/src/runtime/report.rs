@@ -8,6 +8,7 @@
 //! `lease_lost`). Resending is safe: every report is fenced by its lease, so a duplicate or late
 //! one is answered `STALE` and changes nothing. After giving up, the lease expires and the reaper decides.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use apalis::prelude::{Acknowledge, BoxDynError, ExecutionContext};
@@ -17,8 +18,10 @@ use cairn_proto::v1::{self as pb, ReportOutcome};
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+use super::Session;
 use super::client::{OrchestratorClient, transient};
-use super::job::LeaseInfo;
+use super::fetch::return_unstarted;
+use super::job::{LeaseInfo, take_slot};
 use super::outcome::{AttemptError, to_proto};
 use crate::action::ActionError;
 
@@ -43,6 +46,8 @@ pub(crate) enum ReportError {
 #[derive(Debug, Clone)]
 pub(crate) struct Reporter {
     client: OrchestratorClient,
+    /// Where attempts claimed with a completion go, and whether the worker is stopping (then none are asked).
+    session: Arc<Session>,
     give_up_after: Duration,
     /// Longest wait between two tries before jitter: the heartbeat interval.
     max_delay: Duration,
@@ -54,8 +59,8 @@ enum Report {
 }
 
 impl Reporter {
-    pub(crate) fn new(client: OrchestratorClient, give_up_after: Duration, max_delay: Duration) -> Self {
-        Self { client, give_up_after, max_delay }
+    pub(crate) fn new(session: Arc<Session>, give_up_after: Duration, max_delay: Duration) -> Self {
+        Self { client: session.client.clone(), session, give_up_after, max_delay }
     }
 
     async fn deliver(self, info: LeaseInfo, report: Report) -> Result<(), ReportError> {
@@ -68,10 +73,15 @@ impl Reporter {
             .with_jitter()
             .without_max_times()
             .with_total_delay(Some(self.give_up_after));
+        // A completion asks for one attempt for the slot it frees, unless the worker is stopping.
+        let next = u32::from(!self.session.stopping.is_cancelled());
         let send = || async {
             match &report {
-                Report::Complete(output) => self.client.complete(&info.lease, output.clone()).await,
-                Report::Fail(failure) => self.client.fail(&info.lease, failure.clone()).await,
+                Report::Complete(output) => {
+                    let names = &self.session.action_names;
+                    self.client.complete(&info.lease, output.clone(), next, names).await
+                }
+                Report::Fail(failure) => Ok((self.client.fail(&info.lease, failure.clone()).await?, Vec::new())),
             }
         };
         let outcome = send
@@ -82,6 +92,10 @@ impl Reporter {
                     "report not delivered; retrying");
             })
             .await;
+        let outcome = outcome.map(|(outcome, next)| {
+            self.take_over(&info, next);
+            outcome
+        });
         match outcome {
             Ok(ReportOutcome::Stale) => {
                 tracing::info!("report was stale: the lease had already ended; nothing changed");
@@ -102,6 +116,34 @@ impl Reporter {
                 })
             }
         }
+    }
+}
+
+impl Reporter {
+    /// Gives `next` (claimed with the completion) the reported attempt's slot and queues it for the fetcher.
+    /// Anything that cannot start here (no slot left, more than asked) is returned unstarted.
+    fn take_over(&self, info: &LeaseInfo, next: Vec<pb::Attempt>) {
+        let mut next = next.into_iter();
+        if let Some(attempt) = next.next() {
+            match take_slot(&info.slot) {
+                Some(slot) => self.session.handed.push(attempt, slot),
+                None => self.give_back(vec![attempt]),
+            }
+        }
+        let surplus: Vec<pb::Attempt> = next.collect();
+        if !surplus.is_empty() {
+            tracing::warn!(count = surplus.len(), "the orchestrator sent more attempts than asked; returning them");
+            self.give_back(surplus);
+        }
+    }
+
+    fn give_back(&self, attempts: Vec<pb::Attempt>) {
+        let client = self.client.clone();
+        self.session.returns.spawn(async move {
+            for attempt in attempts {
+                return_unstarted(&client, attempt).await;
+            }
+        });
     }
 }
 
