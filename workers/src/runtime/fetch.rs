@@ -104,7 +104,11 @@ impl Fetcher {
                     tracing::warn!(code = ?status.code(), message = status.message(), retry_in_ms = wait.as_millis(),
                         "polling the orchestrator failed; retrying");
                     self.register_first = true;
-                    tokio::time::sleep(wait).await;
+                    // An attempt handed over with a completion meanwhile has a running lease: take it now.
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.session.handed.arrived() => {}
+                    }
                 }
                 Err(status) => {
                     tracing::error!(code = ?status.code(), message = status.message(),
