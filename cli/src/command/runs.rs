@@ -80,7 +80,8 @@ pub fn print_summary(run: &Value) {
         );
     }
     for step in run["steps"].as_array().into_iter().flatten() {
-        let timer = step["timer"]["local"].as_str().map(|t| format!("  timer {t}")).unwrap_or_default();
+        // The plan's field as written (`in 3s`, `tomorrow 08:00 …`), not a countdown: it reads the same after firing.
+        let timer = step["timer"]["local"].as_str().map(|t| format!("  not_before \"{t}\"")).unwrap_or_default();
         out!(
             "  {:<16} {:<16} attempts {}{timer}",
             step["id"].as_str().unwrap_or("?"),
