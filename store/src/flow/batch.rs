@@ -9,11 +9,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use cairn_core::state::StepStatus;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::settle::{Finished, after_final_known};
-use super::{claim, event, finish};
+use super::{claim, finish};
 use crate::ReportLimits;
 use crate::error::StoreResult;
 use crate::flow::finish::Report;
@@ -160,15 +159,7 @@ async fn complete_together<T: StepTx>(
         };
         decided[*i] = Some(Report::Succeeded);
         closed.push(lease);
-        events.push(event(
-            &lease.run_id,
-            Some(&lease.step_id),
-            "step_succeeded",
-            json!({"attempt": lease.attempt}),
-            now,
-        ));
-        let finished =
-            Finished { step_id: lease.step_id.clone(), status: Some(StepStatus::Succeeded), children: Some(count) };
+        let finished = finish::succeeded(lease, count, now, events);
         match run_index.get(lease.run_id.as_str()) {
             Some(&at) => runs[at].1.push(finished),
             None => {

@@ -81,11 +81,16 @@ pub(crate) async fn complete<T: StepTx>(
         degraded: None,
     };
     tx.attempt_close(lease, &close, now).await?;
-    events.push(event(&lease.run_id, Some(&lease.step_id), "step_succeeded", json!({"attempt": lease.attempt}), now));
-    let finished =
-        Finished { step_id: lease.step_id.clone(), status: Some(StepStatus::Succeeded), children: Some(child_count) };
+    let finished = succeeded(lease, child_count, now, events);
     after_final_known(tx, &lease.run_id, vec![finished], now, events).await?;
     Ok(Report::Succeeded)
+}
+
+/// Records the `step_succeeded` event of a step whose row and attempt were just marked succeeded, and returns it
+/// for the cascade (with its number of dependents, so a leaf skips the release).
+pub(crate) fn succeeded(lease: &Lease, child_count: i64, now: i64, events: &mut Vec<EventInsert>) -> Finished {
+    events.push(event(&lease.run_id, Some(&lease.step_id), "step_succeeded", json!({"attempt": lease.attempt}), now));
+    Finished { step_id: lease.step_id.clone(), status: Some(StepStatus::Succeeded), children: Some(child_count) }
 }
 
 /// Records a failed attempt and decides retry, failure or `outcome_unknown`. `sample` ∈ `[0, 1)` drives jitter.

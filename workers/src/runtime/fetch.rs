@@ -147,19 +147,7 @@ impl Fetcher {
                 let mut attempts = attempts.into_iter();
                 // Slots first: a slot left without an attempt is released; an attempt is never left without one.
                 self.buffer.extend(slots.into_iter().zip(attempts.by_ref()).map(|(slot, attempt)| (attempt, slot)));
-                let surplus: Vec<pb::Attempt> = attempts.collect();
-                if !surplus.is_empty() {
-                    tracing::warn!(
-                        count = surplus.len(),
-                        "the orchestrator sent more attempts than asked; returning them"
-                    );
-                    let client = self.session.client.clone();
-                    spawn_tracked(&self.session.returns, async move {
-                        for attempt in surplus {
-                            return_unstarted(&client, attempt).await;
-                        }
-                    });
-                }
+                return_surplus(&self.session, attempts.collect());
                 Ok(())
             }
             Ok(Some(Err(status))) => Err(status),
@@ -222,6 +210,27 @@ impl Drop for Fetcher {
     }
 }
 
+/// Returns attempts the orchestrator sent beyond what was asked (see [`give_back`]).
+pub(crate) fn return_surplus(session: &Session, surplus: Vec<pb::Attempt>) {
+    if !surplus.is_empty() {
+        tracing::warn!(count = surplus.len(), "the orchestrator sent more attempts than asked; returning them");
+        give_back(session, surplus);
+    }
+}
+
+/// Returns `attempts` unstarted ([`return_unstarted`]) in tasks `run` waits for before it ends.
+pub(crate) fn give_back(session: &Session, attempts: Vec<pb::Attempt>) {
+    if attempts.is_empty() {
+        return;
+    }
+    let client = session.client.clone();
+    spawn_tracked(&session.returns, async move {
+        for attempt in attempts {
+            return_unstarted(&client, attempt).await;
+        }
+    });
+}
+
 fn spawn_tracked(tracker: &TaskTracker, task: impl std::future::Future<Output = ()> + Send + 'static) {
     // Dropped outside a runtime (a process exiting) there is nobody to report to; the leases expire instead.
     if tokio::runtime::Handle::try_current().is_ok() {
@@ -231,7 +240,7 @@ fn spawn_tracked(tracker: &TaskTracker, task: impl std::future::Future<Output = 
 
 /// Fails an attempt that never started with `did_not_take_effect`, so it is retried without waiting for its
 /// lease to expire (and without going to `outcome_unknown` when the step is not idempotent).
-pub(crate) async fn return_unstarted(client: &OrchestratorClient, attempt: pb::Attempt) {
+async fn return_unstarted(client: &OrchestratorClient, attempt: pb::Attempt) {
     let Some(lease) = attempt.lease else { return };
     let failure = pb::Failure {
         code: WORKER_SHUTDOWN.into(),

@@ -278,15 +278,7 @@ pub async fn run(
 
     session.stopping.cancel();
     // Attempts handed over with a completion after the fetcher stopped: returned like any unstarted attempt.
-    let unstarted = session.handed.drain();
-    if !unstarted.is_empty() {
-        let client = session.client.clone();
-        session.returns.spawn(async move {
-            for attempt in unstarted {
-                fetch::return_unstarted(&client, attempt).await;
-            }
-        });
-    }
+    fetch::give_back(&session, session.handed.drain());
     session.returns.close();
     if tokio::time::timeout(RETURN_WAIT, session.returns.wait()).await.is_err() {
         tracing::warn!("gave up returning unstarted attempts; their leases will expire");

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::Session;
 use super::client::{OrchestratorClient, transient};
-use super::fetch::return_unstarted;
+use super::fetch::{give_back, return_surplus};
 use super::job::{LeaseInfo, take_slot};
 use super::outcome::{AttemptError, to_proto};
 use crate::action::ActionError;
@@ -127,23 +127,10 @@ impl Reporter {
         if let Some(attempt) = next.next() {
             match take_slot(&info.slot) {
                 Some(slot) => self.session.handed.push(attempt, slot),
-                None => self.give_back(vec![attempt]),
+                None => give_back(&self.session, vec![attempt]),
             }
         }
-        let surplus: Vec<pb::Attempt> = next.collect();
-        if !surplus.is_empty() {
-            tracing::warn!(count = surplus.len(), "the orchestrator sent more attempts than asked; returning them");
-            self.give_back(surplus);
-        }
-    }
-
-    fn give_back(&self, attempts: Vec<pb::Attempt>) {
-        let client = self.client.clone();
-        self.session.returns.spawn(async move {
-            for attempt in attempts {
-                return_unstarted(&client, attempt).await;
-            }
-        });
+        return_surplus(&self.session, next.collect());
     }
 }
 
