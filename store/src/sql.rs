@@ -56,13 +56,6 @@ pub(crate) const ATTEMPT_CLOSE: &str = "UPDATE attempts SET status = $4, ended_a
      failure_message = $7, failure_details = $8, retryable = $9, retry_after_ms = $10, suggestion = $11, \
      degraded = $12 WHERE run_id = $1 AND step_id = $2 AND attempt = $3";
 
-/// Decrement the pending-dependency count of every dependent of `parent`, returning the new counts. Locks each
-/// dependent row, so two parents finishing at once serialise on their shared child and exactly one sees 0.
-/// Index: `step_edges` PK (run_id, parent) then `steps` PK.
-pub(crate) const CHILDREN_RELEASE: &str = "UPDATE steps SET pending_deps = pending_deps - 1 \
-     WHERE run_id = $1 AND step_id IN (SELECT child FROM step_edges WHERE run_id = $1 AND parent = $2) \
-     RETURNING step_id, dep_count, pending_deps, trigger_rule, when_expr, approval, not_before_at";
-
 /// Statuses of the dependencies of `child`. Index: `step_edges_child_idx`, then `steps` PK.
 pub(crate) const PARENT_STATUSES: &str = "SELECT s.status FROM step_edges e JOIN steps s \
      ON s.run_id = e.run_id AND s.step_id = e.parent WHERE e.run_id = $1 AND e.child = $2";

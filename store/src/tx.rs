@@ -87,10 +87,14 @@ pub(crate) trait StepTx: Send {
         close: &AttemptClose,
         now: i64,
     ) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Decrements the pending-dependency count of every dependent of `parents` (by how many of them it depends
+    /// on) and returns the dependents' rows with their new counts, in no particular order. Locks each dependent
+    /// row, so parents finishing at once in concurrent transactions serialise on a shared child and exactly one
+    /// sees 0. Index: `step_edges` PK (run_id, parent), then `steps` PK.
     fn children_release(
         &mut self,
         run_id: &str,
-        parent: &str,
+        parents: &[&str],
     ) -> impl Future<Output = StoreResult<Vec<ChildRow>>> + Send;
     fn parent_statuses(&mut self, run_id: &str, child: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
     fn step_state(&mut self, run_id: &str, step_id: &str)
@@ -471,21 +475,36 @@ macro_rules! impl_step_tx {
             async fn children_release(
                 &mut self,
                 run_id: &str,
-                parent: &str,
+                parents: &[&str],
             ) -> $crate::error::StoreResult<Vec<$crate::rows::ChildRow>> {
-                // Not kept as a prepared statement, so it is planned for the tables as they are now: PostgreSQL
-                // switches a prepared statement to a generic plan after five runs, and a plan chosen while the
-                // tables were small (a sequential scan of `steps`) stayed as they grew, slowing every release
-                // from well under a millisecond to several.
-                Ok(sqlx::query_as::<$db, $crate::rows::ChildRow>($crate::sql::CHILDREN_RELEASE)
-                    .persistent(false)
-                    .bind(run_id)
-                    .bind(parent)
-                    .fetch_all(&mut **self)
-                    .await?)
+                let mut released = Vec::new();
+                // One bind per parent: 1000 stay far under either database's parameter limit. A dependent of
+                // parents in two chunks is returned twice; only its last row can show 0.
+                for chunk in parents.chunks(1000) {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(
+                        "UPDATE steps SET pending_deps = steps.pending_deps - d.n FROM (SELECT child, COUNT(*) AS n \
+                         FROM step_edges WHERE run_id = ",
+                    );
+                    q.push_bind(run_id).push(" AND parent IN (");
+                    let mut list = q.separated(", ");
+                    for parent in chunk {
+                        list.push_bind(*parent);
+                    }
+                    q.push(") GROUP BY child) AS d WHERE steps.run_id = ").push_bind(run_id).push(
+                        " AND steps.step_id = d.child RETURNING steps.step_id, steps.dep_count, steps.pending_deps, \
+                         steps.trigger_rule, steps.when_expr, steps.approval, steps.not_before_at",
+                    );
+                    // Not kept as a prepared statement: its text varies with the number of parents, and a
+                    // prepared statement switches to a generic plan after five runs; one chosen while the tables
+                    // were small (a sequential scan of `steps`) stayed as they grew, slowing every release from
+                    // well under a millisecond to several.
+                    let query = q.build_query_as::<$crate::rows::ChildRow>().persistent(false);
+                    released.extend(query.fetch_all(&mut **self).await?);
+                }
+                Ok(released)
             }
             async fn parent_statuses(&mut self, run_id: &str, child: &str) -> $crate::error::StoreResult<Vec<String>> {
-                // Not prepared, for the reason given at `children_release`.
+                // Not prepared: see `children_release`.
                 Ok(sqlx::query_scalar::<$db, String>($crate::sql::PARENT_STATUSES)
                     .persistent(false)
                     .bind(run_id)

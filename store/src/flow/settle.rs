@@ -2,8 +2,8 @@
 //!
 //! For each newly final step, every dependent's pending count is decremented (row-locked, so concurrent parents
 //! serialise and exactly one sees zero). A dependent reaching zero is decided: trigger rule, then `when`, then
-//! approval or ready (with its `not_before` timer). Skips and `when` failures are final too and go back on the
-//! worklist, so skip propagation is iterative, never recursive. Finally the run's open-step counter is reduced
+//! approval or ready (with its `not_before` timer). Skips and `when` failures are final too and form the next
+//! level of the cascade (one release statement per level), so skip propagation is iterative, never recursive. Finally the run's open-step counter is reduced
 //! and the run finishes when it reaches zero.
 
 use cairn_core::condition::{Condition, ConditionScope};
@@ -47,8 +47,9 @@ impl Finished {
 }
 
 /// Decides candidates whose dependencies are all final; returns the steps that became final (skipped or
-/// failed). `parent` is the status of the step that released them, when known: a candidate with that single
-/// dependency needs no read of its parents, which keeps a chain step to one statement per row touched.
+/// failed). `parent` is the status shared by every step that released them, when known: a candidate with a
+/// single dependency then needs no read of its parents, which keeps a chain step to one statement per row
+/// touched.
 pub(crate) async fn decide<T: StepTx>(
     tx: &mut T,
     run_id: &str,
@@ -182,6 +183,10 @@ pub(crate) async fn after_final<T: StepTx>(
 }
 
 /// [`after_final`] for steps whose final status or number of dependents the caller knows.
+///
+/// Releases level by level: the dependents of all of a level's steps are decremented in one statement (a
+/// 200-wide fan-out finishing in one batch updates its join once, not 200 times), and the steps that level's
+/// decisions made final (skips, `when` failures) form the next level.
 pub(crate) async fn after_final_known<T: StepTx>(
     tx: &mut T,
     run_id: &str,
@@ -190,17 +195,25 @@ pub(crate) async fn after_final_known<T: StepTx>(
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
     let mut closed = i64::try_from(finished.len()).unwrap_or(i64::MAX);
-    let mut work = finished;
-    while let Some(parent) = work.pop() {
-        if parent.children == Some(0) {
-            // A leaf: nothing to release (most steps of a wide run).
-            continue;
+    let mut level = finished;
+    loop {
+        // Leaves have nothing to release (most steps of a wide run).
+        level.retain(|f| f.children != Some(0));
+        if level.is_empty() {
+            break;
         }
-        let released = tx.children_release(run_id, &parent.step_id).await?;
-        let ready: Vec<ChildRow> = released.into_iter().filter(|c| c.pending_deps == 0).collect();
-        let finals = decide(tx, run_id, ready, parent.status, now, events).await?;
+        let parents: Vec<&str> = level.iter().map(|f| f.step_id.as_str()).collect();
+        let mut ready: Vec<ChildRow> =
+            tx.children_release(run_id, &parents).await?.into_iter().filter(|c| c.pending_deps == 0).collect();
+        // The database returns rows in no particular order; decisions (and their events) follow step ids.
+        ready.sort_by(|a, b| a.step_id.cmp(&b.step_id));
+        // A dependent with one dependency depends on one of this level's steps: its status is known without a
+        // read when the whole level shares it.
+        let first = level[0].status;
+        let shared = level.iter().all(|f| f.status == first).then_some(first).flatten();
+        let finals = decide(tx, run_id, ready, shared, now, events).await?;
         closed += i64::try_from(finals.len()).unwrap_or(0);
-        work.extend(finals);
+        level = finals;
     }
     close_run(tx, run_id, closed, now, events).await
 }
