@@ -54,7 +54,7 @@ macro_rules! in_tx {
     ($self:expr, |$tx:ident, $events:ident| $body:expr) => {
         match $self {
             Store::Sqlite(pool) => {
-                let mut $tx = sqlite::begin(pool).await?;
+                let mut $tx = $crate::sqlite::begin(pool).await?;
                 let mut $events = Vec::new();
                 let out = $body;
                 tx::StepTx::events_insert(&mut $tx, &$events).await?;
@@ -69,7 +69,7 @@ macro_rules! in_tx {
                 loop {
                     tries += 1;
                     let result: StoreResult<_> = async {
-                        let mut $tx = pool.begin().await?;
+                        let mut $tx = $crate::postgres::begin(pool).await?;
                         let mut $events = Vec::new();
                         let out = $body;
                         tx::StepTx::events_insert(&mut $tx, &$events).await?;
@@ -160,7 +160,14 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable; nothing was leased).
     pub async fn claim(&self, req: &ClaimRequest, lease_ttl_ms: i64) -> StoreResult<Vec<Claimed>> {
-        in_tx!(self, |tx, events| flow::claim::claim(&mut tx, req, lease_ttl_ms, &mut events).await?)
+        in_tx!(self, |tx, events| flow::claim::claim(
+            &mut tx,
+            req,
+            lease_ttl_ms,
+            &std::collections::HashSet::new(),
+            &mut events
+        )
+        .await?)
     }
 
     /// Accepts a result under `lease`; stale reports change nothing ([`Report::Stale`]).

@@ -5,7 +5,9 @@
 //! `UPDATE` fenced by status and attempt number.
 
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{PgPool, Postgres, Transaction};
+use std::collections::HashSet;
+
+use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
@@ -14,17 +16,32 @@ use crate::tx::{DialectTx, impl_step_tx};
 
 impl_step_tx!(Postgres);
 
-/// Leases due ready steps: one statement; rows locked by another claimer are skipped, not waited for.
-/// Index: `steps_ready_idx`.
+/// Leases due ready steps, inserts their attempt rows and marks the runs they start running: one statement;
+/// rows locked by another claimer are skipped, not waited for. Index: `steps_ready_idx`, then primary keys.
 const CLAIM: &str = "WITH picked AS (SELECT run_id, step_id FROM steps WHERE status = 'ready' AND available_at <= $2 \
-       AND action = ANY($4) ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED) \
-     UPDATE steps s SET status = 'running', attempt = s.attempt + 1, lease_owner = $1, \
+       AND action = ANY($4) ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED), \
+     leased AS (UPDATE steps s SET status = 'running', attempt = s.attempt + 1, lease_owner = $1, \
        lease_id = s.run_id || '/' || s.step_id || '/' || (s.attempt + 1), started_at = $2, heartbeat_at = $2, \
        deadline_at = $2 + s.timeout_ms, lease_expires_at = LEAST($2 + s.timeout_ms, $2 + COALESCE(s.heartbeat_timeout_ms, $3)), \
        updated_at = $2 \
      FROM picked WHERE s.run_id = picked.run_id AND s.step_id = picked.step_id \
-     RETURNING s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms, s.deadline_at, s.checkpoint, \
-       s.available_at";
+     RETURNING s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms, s.deadline_at, \
+       s.checkpoint, s.available_at, s.lease_id), \
+     opened AS (INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status, started_at) \
+       SELECT run_id, step_id, attempt, lease_id, action, $1, 'running', $2 FROM leased), \
+     started AS (UPDATE runs SET status = 'running', updated_at = $2 \
+       WHERE status = 'pending' AND id IN (SELECT run_id FROM leased)) \
+     SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, checkpoint, \
+       available_at FROM leased";
+
+/// Marks a step succeeded under its lease (fenced like every report) and closes its attempt. Index: both PKs.
+const SUCCEED: &str = "WITH done AS (UPDATE steps SET status = 'succeeded', output = $5, error = NULL, \
+       lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, finished_at = $6, updated_at = $6 \
+       WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $4 \
+       RETURNING child_count), \
+     closed AS (UPDATE attempts SET status = 'succeeded', ended_at = $6 \
+       WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND EXISTS (SELECT 1 FROM done)) \
+     SELECT child_count FROM done";
 
 /// Extends a lease, never past the attempt deadline. Locks the step row. Index: `steps` PK.
 const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
@@ -33,8 +50,12 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
      WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $7 \
      RETURNING lease_expires_at";
 
-/// See [`DialectTx::claim`] below; `SET LOCAL` ends with the transaction.
-const NO_BITMAP_SCANS: &str = "SET LOCAL enable_bitmapscan = off";
+/// How write transactions begin: in the same round trip, bitmap scans are turned off until the transaction
+/// ends. The claim must walk `steps_ready_idx` in `available_at` order and stop at `LIMIT`; right after a large
+/// submission the statistics still say almost no step is ready, and the planner then prefers a bitmap scan that
+/// reads every ready row and sorts them: 3–5 ms per claim at 10,000 ready steps instead of 0.3 ms (measured with
+/// EXPLAIN ANALYZE). Bitmap scans buy nothing for the point and key lookups of a write transaction.
+const BEGIN: &str = "BEGIN; SET LOCAL enable_bitmapscan = off";
 
 /// Running steps with an expired lease, locked so two reapers split the work. Index: `steps_lease_idx`.
 const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, \
@@ -42,13 +63,13 @@ const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retr
      ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED";
 
 impl DialectTx for Transaction<'_, Postgres> {
-    async fn claim(&mut self, req: &ClaimRequest, lease_ttl_ms: i64) -> StoreResult<Vec<ClaimedRow>> {
-        // The claim must walk `steps_ready_idx` in `available_at` order and stop at `LIMIT`. Right after a large
-        // submission the statistics still say almost no step is ready, and the planner then prefers a bitmap
-        // scan that reads every ready row and sorts them: 3–5 ms per claim at 10,000 ready steps instead of
-        // 0.3 ms (measured with EXPLAIN ANALYZE). Bitmap scans buy nothing for the point and key lookups of a
-        // claiming transaction, so they are disabled for the rest of it.
-        sqlx::query::<Postgres>(NO_BITMAP_SCANS).execute(&mut **self).await?;
+    async fn claim(
+        &mut self,
+        req: &ClaimRequest,
+        lease_ttl_ms: i64,
+        _running: &HashSet<&str>,
+    ) -> StoreResult<Vec<ClaimedRow>> {
+        // Relies on the plan `BEGIN` forces (no bitmap scan). Runs already running cost no round trip here.
         Ok(sqlx::query_as::<Postgres, ClaimedRow>(CLAIM)
             .bind(&req.worker_id)
             .bind(req.now_ms)
@@ -57,6 +78,55 @@ impl DialectTx for Transaction<'_, Postgres> {
             .bind(i64::from(req.limit))
             .fetch_all(&mut **self)
             .await?)
+    }
+
+    async fn succeed(&mut self, lease: &Lease, output: &str, now: i64) -> StoreResult<Option<i64>> {
+        Ok(sqlx::query_scalar::<Postgres, i64>(SUCCEED)
+            .bind(&lease.run_id)
+            .bind(&lease.step_id)
+            .bind(i64::from(lease.attempt))
+            .bind(&lease.worker_id)
+            .bind(output)
+            .bind(now)
+            .fetch_optional(&mut **self)
+            .await?)
+    }
+
+    async fn succeed_many(&mut self, done: &[(&Lease, &str)], now: i64) -> StoreResult<Vec<(String, String, i64)>> {
+        let mut succeeded = Vec::with_capacity(done.len());
+        // 5 binds per row: 1000 rows stay far under the parameter limit.
+        for chunk in done.chunks(1000) {
+            let mut q = QueryBuilder::<Postgres>::new("WITH v (run_id, step_id, attempt, owner, output) AS (");
+            q.push_values(chunk, |mut b, (lease, output)| {
+                b.push_bind(lease.run_id.as_str())
+                    .push_bind(lease.step_id.as_str())
+                    .push_bind(i64::from(lease.attempt))
+                    .push_bind(lease.worker_id.as_str())
+                    .push_bind(*output);
+            });
+            q.push(
+                "), done AS (UPDATE steps SET status = 'succeeded', output = v.output, error = NULL, lease_id = NULL, \
+                 lease_owner = NULL, lease_expires_at = NULL, finished_at = ",
+            )
+            .push_bind(now)
+            .push(", updated_at = ")
+            .push_bind(now)
+            .push(
+                " FROM v WHERE steps.run_id = v.run_id AND steps.step_id = v.step_id AND steps.attempt = v.attempt \
+                     AND steps.status = 'running' AND steps.lease_owner = v.owner \
+                     RETURNING steps.run_id, steps.step_id, steps.attempt, steps.child_count), \
+                     closed AS (UPDATE attempts SET status = 'succeeded', ended_at = ",
+            )
+            .push_bind(now)
+            .push(
+                " FROM done WHERE attempts.run_id = done.run_id AND attempts.step_id = done.step_id \
+                     AND attempts.attempt = done.attempt) SELECT run_id, step_id, child_count FROM done",
+            );
+            // The text varies with the row count: not worth a prepared statement per batch size.
+            let query = q.build_query_as::<(String, String, i64)>().persistent(false);
+            succeeded.extend(query.fetch_all(&mut **self).await?);
+        }
+        Ok(succeeded)
     }
 
     async fn heartbeat(
@@ -82,6 +152,11 @@ impl DialectTx for Transaction<'_, Postgres> {
     async fn expired(&mut self, now: i64, limit: i64) -> StoreResult<Vec<LeasedRow>> {
         Ok(sqlx::query_as::<Postgres, LeasedRow>(EXPIRED).bind(now).bind(limit).fetch_all(&mut **self).await?)
     }
+}
+
+/// Begins a write transaction (see [`BEGIN`]).
+pub(crate) async fn begin(pool: &PgPool) -> StoreResult<Transaction<'static, Postgres>> {
+    Ok(pool.begin_with(BEGIN).await?)
 }
 
 /// Connects to PostgreSQL.

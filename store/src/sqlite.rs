@@ -5,6 +5,7 @@
 //! 10 s, foreign keys on. Write transactions start with `BEGIN IMMEDIATE` so a transaction that reads before it
 //! writes never fails to upgrade its lock. SQLite serves one orchestrator process, through one connection.
 
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -13,8 +14,8 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{ClaimedRow, LeasedRow};
-use crate::tx::{DialectTx, impl_step_tx};
+use crate::rows::{AttemptClose, ClaimedRow, LeasedRow};
+use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Sqlite);
 
@@ -42,16 +43,61 @@ const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retr
      ORDER BY lease_expires_at LIMIT $2";
 
 impl DialectTx for Transaction<'_, Sqlite> {
-    async fn claim(&mut self, req: &ClaimRequest, lease_ttl_ms: i64) -> StoreResult<Vec<ClaimedRow>> {
+    async fn claim(
+        &mut self,
+        req: &ClaimRequest,
+        lease_ttl_ms: i64,
+        running: &HashSet<&str>,
+    ) -> StoreResult<Vec<ClaimedRow>> {
         let actions = serde_json::to_string(&req.actions).map_err(|e| StoreError::corrupt("actions", e))?;
-        Ok(sqlx::query_as::<Sqlite, ClaimedRow>(CLAIM)
+        let rows = sqlx::query_as::<Sqlite, ClaimedRow>(CLAIM)
             .bind(&req.worker_id)
             .bind(req.now_ms)
             .bind(lease_ttl_ms)
             .bind(actions)
             .bind(i64::from(req.limit))
             .fetch_all(&mut **self)
-            .await?)
+            .await?;
+        let mut attempts = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let attempt = u32::try_from(row.attempt).map_err(|e| StoreError::corrupt("steps.attempt", e))?;
+            let lease = Lease {
+                run_id: row.run_id.clone(),
+                step_id: row.step_id.clone(),
+                attempt,
+                worker_id: req.worker_id.clone(),
+            };
+            attempts.push((lease, row.action.clone()));
+        }
+        self.attempts_insert(&attempts, req.now_ms).await?;
+        let mut seen = HashSet::new();
+        let run_ids: Vec<&str> =
+            rows.iter().map(|r| r.run_id.as_str()).filter(|id| !running.contains(id) && seen.insert(*id)).collect();
+        self.runs_mark_running(&run_ids, req.now_ms).await?;
+        Ok(rows)
+    }
+
+    async fn succeed(&mut self, lease: &Lease, output: &str, now: i64) -> StoreResult<Option<i64>> {
+        let Some(child_count) = self.step_succeed(lease, output, now).await? else {
+            return Ok(None);
+        };
+        self.attempt_close(lease, &AttemptClose::SUCCEEDED, now).await?;
+        Ok(Some(child_count))
+    }
+
+    async fn succeed_many(&mut self, done: &[(&Lease, &str)], now: i64) -> StoreResult<Vec<(String, String, i64)>> {
+        let succeeded = self.steps_succeed(done, now).await?;
+        let current: HashSet<(&str, &str)> =
+            succeeded.iter().map(|(run, step, _)| (run.as_str(), step.as_str())).collect();
+        let closed: Vec<&Lease> = done
+            .iter()
+            .map(|(lease, _)| *lease)
+            .filter(|l| current.contains(&(l.run_id.as_str(), l.step_id.as_str())))
+            .collect();
+        if !closed.is_empty() {
+            self.attempts_succeed(&closed, now).await?;
+        }
+        Ok(succeeded)
     }
 
     async fn heartbeat(

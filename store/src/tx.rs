@@ -2,9 +2,12 @@
 //!
 //! [`StepTx`] is implemented once per backend: [`impl_step_tx!`] stamps the shared statements (from [`crate::sql`])
 //! for `sqlx::Transaction<Sqlite>` and `sqlx::Transaction<Postgres>`, and each backend module adds the
-//! dialect-specific ones ([`DialectTx`]: claim, heartbeat, expired leases). The algorithms in [`crate::flow`] are
+//! dialect-specific ones ([`DialectTx`]: claim, success, heartbeat, expired leases; where PostgreSQL can do in
+//! one statement, with data-modifying `WITH`, what SQLite needs several for, each round trip saved shortens
+//! every transaction). The algorithms in [`crate::flow`] are
 //! written once against these traits, so both backends make the same decisions in the same order.
 
+use std::collections::HashSet;
 use std::future::Future;
 
 use crate::error::StoreResult;
@@ -55,7 +58,7 @@ pub(crate) trait StepTx: Send {
         error: Option<&str>,
         now: i64,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
-    /// `Some(child_count)` when the lease was current and the step is now succeeded.
+    /// `Some(child_count)` when the lease was current and the step (not its attempt) is now succeeded.
     fn step_succeed(
         &mut self,
         lease: &Lease,
@@ -150,12 +153,32 @@ pub(crate) trait StepTx: Send {
 
 /// Statements whose SQL differs between SQLite and PostgreSQL.
 pub(crate) trait DialectTx: StepTx {
-    /// Leases up to `limit` ready, due steps of the given actions; one statement.
+    /// Leases up to `limit` ready, due steps of the given actions, inserts their attempt rows, and marks the
+    /// runs they start `running` (except those in `running`, known to be running already). Returns the leased
+    /// rows, in no particular order. PostgreSQL: one statement; SQLite: one per table.
     fn claim(
         &mut self,
         req: &ClaimRequest,
         lease_ttl_ms: i64,
+        running: &HashSet<&str>,
     ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
+    /// Marks the step under `lease` succeeded with `output`, and its attempt row: `Some(child_count)` when the
+    /// lease was current (fenced by attempt, status and owner), `None` (nothing written) when it was not.
+    /// PostgreSQL: one statement; SQLite: two.
+    fn succeed(
+        &mut self,
+        lease: &Lease,
+        output: &str,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<Option<i64>>> + Send;
+    /// [`DialectTx::succeed`] for many leases naming distinct steps: returns `(run_id, step_id, child_count)` of
+    /// the steps whose lease was current, in no particular order. PostgreSQL: one statement per 1000 leases;
+    /// SQLite: two.
+    fn succeed_many(
+        &mut self,
+        done: &[(&Lease, &str)],
+        now: i64,
+    ) -> impl Future<Output = StoreResult<Vec<(String, String, i64)>>> + Send;
     /// Extends a lease (and saves a checkpoint).
     fn heartbeat(
         &mut self,

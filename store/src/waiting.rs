@@ -13,7 +13,7 @@ use crate::flow::finish::ReportLimits;
 use crate::is_transient_conflict;
 use crate::model::NewRun;
 use crate::wait_tx::EventInRow;
-use crate::{Store, flow, sqlite, tx};
+use crate::{Store, flow, tx};
 
 pub use crate::flow::event_wait::WAIT_OWNER;
 

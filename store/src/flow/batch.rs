@@ -18,7 +18,7 @@ use crate::error::StoreResult;
 use crate::flow::finish::Report;
 use crate::model::{BatchOutcome, ClaimRequest, Claimed, Lease, ReportItem, ReportKind};
 use crate::rows::EventInsert;
-use crate::tx::{DialectTx, StepTx};
+use crate::tx::DialectTx;
 
 /// Chooses waiting claimers once the batch's effects are known: given how many steps became due, returns the
 /// claim requests to serve in the same transaction (possibly none). Called again with the same count when the
@@ -52,7 +52,14 @@ pub(crate) async fn report_batch<T: DialectTx>(
         reports.push(report);
     }
     let released = due_now(events, now);
-    let claimed = claim_all(tx, claims, lease_ttl_ms, now, events).await?;
+    // A run with a step reported here (not stale) was marked running when that step was claimed.
+    let running: HashSet<&str> = items
+        .iter()
+        .zip(&reports)
+        .filter(|(_, report)| **report != Report::Stale)
+        .map(|(item, _)| item.lease.run_id.as_str())
+        .collect();
+    let claimed = claim_all(tx, claims, lease_ttl_ms, now, &running, events).await?;
     // What the batch released and its own claims did not take is what waiting polls can have.
     let taken = claimed
         .iter()
@@ -60,8 +67,11 @@ pub(crate) async fn report_batch<T: DialectTx>(
         .filter(|c| released.contains(&(c.lease.run_id.clone(), c.lease.step_id.clone())))
         .count();
     let ready_now = released.len().saturating_sub(taken);
-    let handed =
-        if ready_now > 0 { claim_all(tx, &handoff(ready_now), lease_ttl_ms, now, events).await? } else { Vec::new() };
+    let handed = if ready_now > 0 {
+        claim_all(tx, &handoff(ready_now), lease_ttl_ms, now, &running, events).await?
+    } else {
+        Vec::new()
+    };
     Ok(BatchOutcome { reports, claimed, ready_now, handed })
 }
 
@@ -74,6 +84,7 @@ async fn claim_all<T: DialectTx>(
     claims: &[ClaimRequest],
     lease_ttl_ms: i64,
     now: i64,
+    running: &HashSet<&str>,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<Vec<Vec<Claimed>>> {
     let mut out: Vec<Vec<Claimed>> = claims.iter().map(|_| Vec::new()).collect();
@@ -86,7 +97,7 @@ async fn claim_all<T: DialectTx>(
         let group: Vec<usize> = (first..claims.len()).filter(|&j| !served[j] && same(&claims[j])).collect();
         let limit = group.iter().map(|&j| claims[j].limit).fold(0_u32, u32::saturating_add);
         let request = ClaimRequest { now_ms: now, limit, ..claims[first].clone() };
-        let mut leased = claim::claim(tx, &request, lease_ttl_ms, events).await?.into_iter();
+        let mut leased = claim::claim(tx, &request, lease_ttl_ms, running, events).await?.into_iter();
         for j in group {
             served[j] = true;
             out[j] = leased.by_ref().take(usize::try_from(claims[j].limit).unwrap_or(usize::MAX)).collect();
@@ -111,15 +122,15 @@ fn due_now(events: &[EventInsert], now: i64) -> HashSet<(String, String)> {
         .collect()
 }
 
-/// Accepts the batch's plain completions together: one `UPDATE … FROM (VALUES …)` for the steps, one for their
-/// attempts, then one cascade per run (one run-counter update per run instead of one per step). Returns, per
+/// Accepts the batch's plain completions together: steps and attempts with [`DialectTx::succeed_many`], then one
+/// cascade per run (one release per level and one run-counter update per run instead of one per step). Returns, per
 /// item, the report when decided here; `None` items are left to the one-by-one path, in order: failures,
 /// outputs over the limit (they fail the step), a second report for a step already in the set, and batches
 /// with fewer than two plain completions (the prepared single-step statement is as fast).
 ///
 /// A report repeating an earlier item's lease is [`Report::Stale`]: the earlier report used the lease up, as
 /// it would one by one.
-async fn complete_together<T: StepTx>(
+async fn complete_together<T: DialectTx>(
     tx: &mut T,
     items: &[ReportItem],
     limits: ReportLimits,
@@ -146,8 +157,7 @@ async fn complete_together<T: StepTx>(
     }
     let done: Vec<(&Lease, &str)> = plain.iter().map(|(i, text)| (&items[*i].lease, text.as_str())).collect();
     let children: HashMap<(String, String), i64> =
-        tx.steps_succeed(&done, now).await?.into_iter().map(|(run, step, count)| ((run, step), count)).collect();
-    let mut closed: Vec<&Lease> = Vec::with_capacity(children.len());
+        tx.succeed_many(&done, now).await?.into_iter().map(|(run, step, count)| ((run, step), count)).collect();
     // Runs in first-seen order, so the cascades run in a deterministic order.
     let mut runs: Vec<(&str, Vec<Finished>)> = Vec::new();
     let mut run_index: HashMap<&str, usize> = HashMap::new();
@@ -158,7 +168,6 @@ async fn complete_together<T: StepTx>(
             continue;
         };
         decided[*i] = Some(Report::Succeeded);
-        closed.push(lease);
         let finished = finish::succeeded(lease, count, now, events);
         match run_index.get(lease.run_id.as_str()) {
             Some(&at) => runs[at].1.push(finished),
@@ -167,9 +176,6 @@ async fn complete_together<T: StepTx>(
                 runs.push((&lease.run_id, vec![finished]));
             }
         }
-    }
-    if !closed.is_empty() {
-        tx.attempts_succeed(&closed, now).await?;
     }
     for (run_id, finished) in runs {
         after_final_known(tx, run_id, finished, now, events).await?;

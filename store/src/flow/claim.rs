@@ -18,35 +18,25 @@ use crate::model::{ClaimRequest, Claimed, Lease};
 use crate::rows::{ClaimedRow, EventInsert};
 use crate::tx::DialectTx;
 
-/// Leases up to `req.limit` due steps and returns them with resolved args.
+/// Leases up to `req.limit` due steps and returns them with resolved args. `running`: runs the caller knows are
+/// already `running` (a step of theirs was reported in this transaction), whose status need not be written.
 pub(crate) async fn claim<T: DialectTx>(
     tx: &mut T,
     req: &ClaimRequest,
     lease_ttl_ms: i64,
+    running: &HashSet<&str>,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<Vec<Claimed>> {
-    let rows = tx.claim(req, lease_ttl_ms).await?;
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut attempts = Vec::with_capacity(rows.len());
-    for row in &rows {
+    // Attempt rows and run statuses are written by the claim itself.
+    let rows = tx.claim(req, lease_ttl_ms, running).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
         let lease = Lease {
             run_id: row.run_id.clone(),
             step_id: row.step_id.clone(),
             attempt: u32::try_from(row.attempt).map_err(|e| StoreError::corrupt("steps.attempt", e))?,
             worker_id: req.worker_id.clone(),
         };
-        attempts.push((lease, row.action.clone()));
-    }
-    // One statement for every attempt row of the claim.
-    tx.attempts_insert(&attempts, req.now_ms).await?;
-    // And one for the runs this claim starts (their first claimed step).
-    let mut runs = HashSet::new();
-    let run_ids: Vec<&str> = rows.iter().map(|r| r.run_id.as_str()).filter(|id| runs.insert(*id)).collect();
-    tx.runs_mark_running(&run_ids, req.now_ms).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for (row, (lease, _)) in rows.into_iter().zip(attempts) {
         let data = json!({"attempt": lease.attempt, "worker_id": req.worker_id});
         events.push(event(&row.run_id, Some(&row.step_id), "step_started", data, req.now_ms));
         match resolve(tx, &row).await? {

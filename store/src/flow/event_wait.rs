@@ -11,6 +11,8 @@
 //! Delivery and start take a per-name lock ([`WaitTx::lock_event_name`]) before reading, so an event committed
 //! while a wait starts is seen by one of the two.
 
+use std::collections::HashSet;
+
 use cairn_core::event_wait::{self, EventFilter, WaitArgs, WaitTimeout};
 use cairn_core::failure::{Failure, codes};
 use serde_json::{Value, json};
@@ -60,7 +62,7 @@ fn matches(key: Option<&str>, filter: Option<&EventFilter>, e: &EventInRow, payl
 }
 
 /// Completes a waiting step with the matched event's payload.
-async fn deliver_to<T: WaitTx>(
+async fn deliver_to<T: DialectTx + WaitTx>(
     tx: &mut T,
     lease: &Lease,
     e: &EventInRow,
@@ -91,7 +93,7 @@ pub(crate) async fn start<T: DialectTx + WaitTx>(
         limit,
         now_ms: now,
     };
-    let claimed = claim(tx, &req, 1000, events).await?;
+    let claimed = claim(tx, &req, 1000, &HashSet::new(), events).await?;
     let count = claimed.len();
     for c in claimed {
         let args = match WaitArgs::from_value(&c.args) {
@@ -140,7 +142,7 @@ pub(crate) async fn start<T: DialectTx + WaitTx>(
 }
 
 /// Stores an event and completes every waiting step it matches. Returns `(run_id, step_id)` of those steps.
-pub(crate) async fn deliver<T: WaitTx>(
+pub(crate) async fn deliver<T: DialectTx + WaitTx>(
     tx: &mut T,
     e: &EventInRow,
     limits: ReportLimits,
@@ -167,7 +169,7 @@ pub(crate) async fn deliver<T: WaitTx>(
 }
 
 /// Ends up to `limit` waits past their deadline per `on_timeout`. Returns how many ended.
-pub(crate) async fn expire<T: WaitTx>(
+pub(crate) async fn expire<T: DialectTx + WaitTx>(
     tx: &mut T,
     now: i64,
     limit: i64,

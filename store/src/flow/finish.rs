@@ -14,7 +14,7 @@ use super::{event, rfc3339};
 use crate::error::{StoreError, StoreResult};
 use crate::model::Lease;
 use crate::rows::{AttemptClose, EventInsert, LeasedRow};
-use crate::tx::StepTx;
+use crate::tx::{DialectTx, StepTx};
 
 /// What became of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,7 @@ async fn leased<T: StepTx>(tx: &mut T, lease: &Lease) -> StoreResult<Option<Leas
 
 /// Accepts a successful result. An output larger than the limit fails the step instead (not retried: the same
 /// input yields the same size), and the oversized output is never written.
-pub(crate) async fn complete<T: StepTx>(
+pub(crate) async fn complete<T: DialectTx>(
     tx: &mut T,
     lease: &Lease,
     output: &Value,
@@ -67,20 +67,9 @@ pub(crate) async fn complete<T: StepTx>(
         return fail_row(tx, lease, &row, &failure, 0.0, now, events).await;
     }
     // The usual case reads nothing: the fenced update is the lease check.
-    let Some(child_count) = tx.step_succeed(lease, &text, now).await? else {
+    let Some(child_count) = tx.succeed(lease, &text, now).await? else {
         return Ok(Report::Stale);
     };
-    let close = AttemptClose {
-        status: "succeeded",
-        failure_code: None,
-        failure_message: None,
-        failure_details: None,
-        retryable: None,
-        retry_after_ms: None,
-        suggestion: None,
-        degraded: None,
-    };
-    tx.attempt_close(lease, &close, now).await?;
     let finished = succeeded(lease, child_count, now, events);
     after_final_known(tx, &lease.run_id, vec![finished], now, events).await?;
     Ok(Report::Succeeded)

@@ -200,7 +200,43 @@ async fn a_workers_claims_in_one_batch_share_out_the_leased_steps_and_the_hand_o
     assert!(outcome.handed.is_empty());
 }
 
+async fn a_cascade_from_a_batch_releases_level_by_level_and_skips_propagate_through_shared_dependents(store: Store) {
+    // a and b finish in one batch. Level 1 releases c (its `when` is false: skipped) and takes e from 2 pending
+    // to 1; level 2 (c) releases d (skipped: c did not succeed) and e (b succeeded, c skipped: skipped); level 3
+    // (d, e) has nothing left. Every step is decided exactly once and the run ends.
+    let doc = steps(vec![
+        noop("a", &[], json!({})),
+        noop("b", &[], json!({})),
+        json!({"id": "c", "action": "noop", "args": {}, "depends_on": ["a"], "when": "steps.a.output.go"}),
+        noop("d", &["c"], json!({})),
+        noop("e", &["b", "c"], json!({})),
+    ]);
+    submit(&store, "r1", &doc).await;
+    let claimed = claim(&store, T0).await;
+    let lease_of = |id: &str| claimed.iter().find(|c| c.lease.step_id == id).expect("claimed").lease.clone();
+    let items = vec![complete(&lease_of("a"), json!({"go": false})), complete(&lease_of("b"), json!({}))];
+    let nobody = |_: usize| Vec::new();
+
+    let outcome = store.report_batch(&items, &[], LIMITS, TTL, T0 + 10, &nobody).await.expect("the batch commits");
+
+    assert_eq!(outcome.reports, [Report::Succeeded, Report::Succeeded]);
+    assert_eq!(outcome.ready_now, 0, "nothing became runnable");
+    for id in ["c", "d", "e"] {
+        assert_eq!(status(&store, "r1", id).await, "skipped", "{id}");
+    }
+    let skips: Vec<String> = events(&store, "r1")
+        .await
+        .iter()
+        .filter(|e| e.kind == "step_skipped")
+        .filter_map(|e| e.step_id.clone())
+        .collect();
+    assert_eq!(skips, ["c", "d", "e"], "one decision per step, level by level");
+    let summary = run(&store, "r1").await;
+    assert_eq!((summary.status.as_str(), summary.open_steps), ("succeeded", 0), "the run ends with its last decision");
+}
+
 contract_tests!(
+    a_cascade_from_a_batch_releases_level_by_level_and_skips_propagate_through_shared_dependents,
     a_workers_claims_in_one_batch_share_out_the_leased_steps_and_the_hand_off_gets_only_the_rest,
     completions_accepted_together_end_as_they_would_one_by_one,
     a_batch_decides_each_report_as_if_alone_and_hands_released_steps_to_a_waiting_claimer,
