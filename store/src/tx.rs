@@ -504,19 +504,25 @@ macro_rules! impl_step_tx {
                 // One bind per parent: 1000 stay far under either database's parameter limit. A dependent of
                 // parents in two chunks is returned twice; only its last row can show 0.
                 for chunk in parents.chunks(1000) {
+                    // `MATERIALIZED`: the counts are computed once. Inlined, with no statistics yet (a new
+                    // database, a large first submission) PostgreSQL joined every step of the run to the
+                    // aggregate and ran it once per step: 4–13 ms per release in a 200-step run, against 0.5 ms.
                     let mut q = sqlx::QueryBuilder::<$db>::new(
-                        "UPDATE steps SET pending_deps = steps.pending_deps - d.n FROM (SELECT child, COUNT(*) AS n \
-                         FROM step_edges WHERE run_id = ",
+                        "WITH d AS MATERIALIZED (SELECT child, COUNT(*) AS n FROM step_edges WHERE run_id = ",
                     );
                     q.push_bind(run_id).push(" AND parent IN (");
                     let mut list = q.separated(", ");
                     for parent in chunk {
                         list.push_bind(*parent);
                     }
-                    q.push(") GROUP BY child) AS d WHERE steps.run_id = ").push_bind(run_id).push(
-                        " AND steps.step_id = d.child RETURNING steps.step_id, steps.dep_count, steps.pending_deps, \
-                         steps.trigger_rule, steps.when_expr, steps.approval, steps.not_before_at",
-                    );
+                    q.push(") GROUP BY child) UPDATE steps SET pending_deps = steps.pending_deps - d.n FROM d \
+                         WHERE steps.run_id = ")
+                        .push_bind(run_id)
+                        .push(
+                            " AND steps.step_id = d.child RETURNING steps.step_id, steps.dep_count, \
+                             steps.pending_deps, steps.trigger_rule, steps.when_expr, steps.approval, \
+                             steps.not_before_at",
+                        );
                     // Not kept as a prepared statement: its text varies with the number of parents, and a
                     // prepared statement switches to a generic plan after five runs; one chosen while the tables
                     // were small (a sequential scan of `steps`) stayed as they grew, slowing every release from
