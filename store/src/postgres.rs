@@ -12,7 +12,7 @@ use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
 use crate::rows::{ClaimedRow, LeasedRow};
-use crate::tx::{DialectTx, impl_step_tx};
+use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Postgres);
 
@@ -81,15 +81,7 @@ impl DialectTx for Transaction<'_, Postgres> {
     }
 
     async fn succeed(&mut self, lease: &Lease, output: &str, now: i64) -> StoreResult<Option<i64>> {
-        Ok(sqlx::query_scalar::<Postgres, i64>(SUCCEED)
-            .bind(&lease.run_id)
-            .bind(&lease.step_id)
-            .bind(i64::from(lease.attempt))
-            .bind(&lease.worker_id)
-            .bind(output)
-            .bind(now)
-            .fetch_optional(&mut **self)
-            .await?)
+        self.step_succeed(SUCCEED, lease, output, now).await
     }
 
     async fn succeed_many(&mut self, done: &[(&Lease, &str)], now: i64) -> StoreResult<Vec<(String, String, i64)>> {

@@ -78,7 +78,7 @@ impl DialectTx for Transaction<'_, Sqlite> {
     }
 
     async fn succeed(&mut self, lease: &Lease, output: &str, now: i64) -> StoreResult<Option<i64>> {
-        let Some(child_count) = self.step_succeed(lease, output, now).await? else {
+        let Some(child_count) = self.step_succeed(crate::sql::STEP_SUCCEED, lease, output, now).await? else {
             return Ok(None);
         };
         self.attempt_close(lease, &AttemptClose::SUCCEEDED, now).await?;

@@ -58,9 +58,12 @@ pub(crate) trait StepTx: Send {
         error: Option<&str>,
         now: i64,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
-    /// `Some(child_count)` when the lease was current and the step (not its attempt) is now succeeded.
+    /// Runs the fenced success statement `sql` ([`crate::sql::STEP_SUCCEED`], which marks the step row only, or a
+    /// dialect's statement with the same parameters and result that also closes the attempt): `Some(child_count)`
+    /// when the lease was current and the step is now succeeded.
     fn step_succeed(
         &mut self,
+        sql: &'static str,
         lease: &Lease,
         output: &str,
         now: i64,
@@ -365,11 +368,12 @@ macro_rules! impl_step_tx {
             }
             async fn step_succeed(
                 &mut self,
+                sql: &'static str,
                 lease: &$crate::model::Lease,
                 output: &str,
                 now: i64,
             ) -> $crate::error::StoreResult<Option<i64>> {
-                Ok(sqlx::query_scalar::<$db, i64>($crate::sql::STEP_SUCCEED)
+                Ok(sqlx::query_scalar::<$db, i64>(sql)
                     .bind(&lease.run_id)
                     .bind(&lease.step_id)
                     .bind(i64::from(lease.attempt))
