@@ -4,6 +4,7 @@
 //! a store failure is `UNAVAILABLE` (retryable: the worker resends the same report, which is safe because every
 //! report is fenced by its lease); a bad token is `UNAUTHENTICATED`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::catalog::{ActionSpec, Effect};
@@ -18,6 +19,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
 use crate::engine::Engine;
+use crate::replies::HandedReplies;
 
 /// Longest a poll may wait for work; keeps idle connections observable and shutdown prompt.
 const MAX_POLL_WAIT: Duration = Duration::from_secs(30);
@@ -26,6 +28,8 @@ const MAX_POLL_WAIT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct WorkerGrpc {
     engine: Engine,
+    /// Answers to completions that handed out attempts, for a resend whose first answer was lost.
+    replies: Arc<HandedReplies>,
 }
 
 /// The service wrapped with the token check.
@@ -35,7 +39,7 @@ impl WorkerGrpc {
     /// The service, requiring `Bearer <token>` when `token` is set.
     pub fn service(engine: Engine, token: Option<String>) -> AuthenticatedService {
         WorkerServiceServer::with_interceptor(
-            WorkerGrpc { engine },
+            WorkerGrpc { engine, replies: Arc::default() },
             TokenCheck { expected: token.map(|t| format!("Bearer {t}")) },
         )
     }
@@ -178,6 +182,15 @@ impl WorkerService for WorkerGrpc {
             let report = self.engine.complete(&lease, &output).await.map_err(|e| unavailable(&e))?;
             return Ok(Response::new(outcome(report)));
         }
+        if let Some((report, next)) = self.replies.replay(&lease) {
+            // A resend: the first answer, with attempts leased to this worker, never reached it.
+            tracing::info!(run_id = %lease.run_id, step_id = %lease.step_id, attempt = lease.attempt,
+                handed = next.len(), "completion resent; answered as the first time");
+            let now = self.engine.now_ms();
+            let mut response = outcome(report);
+            response.next = next.into_iter().map(|c| attempt(c, now)).collect();
+            return Ok(Response::new(response));
+        }
         // The report is queued first, so the claim sees what it released (same batch or a later one).
         let limit = req.next_max_attempts.clamp(1, 256);
         let (report, claimed) = tokio::join!(
@@ -191,6 +204,8 @@ impl WorkerService for WorkerGrpc {
             Vec::new()
         });
         let now = self.engine.now_ms();
+        let keep_ms = i64::try_from(self.engine.config().lease_ttl.as_millis()).unwrap_or(i64::MAX);
+        self.replies.remember(&lease, report, &claimed, now, keep_ms);
         let mut response = outcome(report);
         response.next = claimed.into_iter().map(|c| attempt(c, now)).collect();
         Ok(Response::new(response))

@@ -10,6 +10,7 @@
 //! - [`view`]: the run as shown by the API and the CLI.
 //! - [`catalog`]: built-in plus registered actions, validated against at submit.
 //! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, fail) and its auth.
+//! - [`replies`]: answers to completions that handed out attempts, replayed to a resend of the same lease.
 //! - [`server`]: one orchestrator process (engine + REST + gRPC + reaper) on its listeners.
 //! - [`scheduler`]: cron schedules (definitions, the tick pass) and the loop driving every durable wait.
 //! - [`waits`]: approval decisions and timeouts, external events and `event.wait` steps.
@@ -28,6 +29,7 @@ pub mod grpc;
 pub mod metrics;
 pub mod planner;
 pub mod reaper;
+pub mod replies;
 pub mod scheduler;
 pub mod server;
 pub mod submit;

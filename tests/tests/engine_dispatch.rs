@@ -147,3 +147,40 @@ async fn a_completion_that_asks_for_its_slots_next_attempt_gets_the_dependent_it
         assert_eq!(step(&app.run(&run).await, "c")["status"], "ready", "{backend:?}: c waits for a poll");
     }
 }
+
+/// A worker resends a `Complete` when its answer was lost on the way. The attempts that answer handed out are
+/// leased to the worker, which never saw them: the resend gets the same answer and attempts, so a
+/// non-idempotent step is neither run twice nor left to lease expiry (`outcome_unknown`).
+#[tokio::test]
+async fn a_resent_completion_gets_the_attempts_its_lost_answer_handed_out() {
+    for backend in backends() {
+        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+        let run = app
+            .submit(json!({"steps":[
+                {"id":"a","action":"noop","args":{}},
+                {"id":"b","action":"noop","args":{},"depends_on":["a"],"idempotent":false},
+                {"id":"c","action":"noop","args":{},"depends_on":["b"]}
+            ]}))
+            .await;
+        let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
+        let poll = PollRequest { worker_id: "w1".into(), actions: actions(), max_attempts: 1, wait_ms: 1000 };
+        let a = worker.poll(poll).await.unwrap().into_inner().attempts;
+        let lost = worker.complete(completion(&a[0], 1)).await.unwrap().into_inner();
+        assert_eq!(step_ids(&lost.next), ["b"], "{backend:?}");
+
+        let resent = worker.complete(completion(&a[0], 1)).await.unwrap().into_inner();
+
+        assert_eq!(resent.outcome(), ReportOutcome::Succeeded, "{backend:?}: answered as the first time");
+        assert_eq!(step_ids(&resent.next), ["b"], "{backend:?}: the attempt the lost answer handed out");
+        assert_eq!(resent.next[0].lease, lost.next[0].lease, "{backend:?}: the same lease, not a second attempt");
+        let b = &resent.next[0];
+        let done = worker.complete(completion(b, 0)).await.unwrap().into_inner();
+        assert_eq!(done.outcome(), ReportOutcome::Succeeded, "{backend:?}: the replayed lease is current");
+        let again = worker.complete(completion(b, 0)).await.unwrap().into_inner();
+        assert_eq!(again.outcome(), ReportOutcome::Stale, "{backend:?}: an answer without attempts is not replayed");
+        let attempts = app.engine().store().attempts(&run).await.unwrap();
+        let of_b: Vec<_> = attempts.iter().filter(|t| t.step_id == "b").map(|t| t.status.as_str()).collect();
+        assert_eq!(of_b, ["succeeded"], "{backend:?}: b ran once, in one attempt");
+        assert_eq!(step(&app.run(&run).await, "c")["status"], "ready", "{backend:?}");
+    }
+}
