@@ -19,9 +19,12 @@
 //! - `timers`: a run of 10,000 independent `noop` steps whose `not_before` is the same instant, a few seconds
 //!   ahead; `wall_ms` = last `step_started` − that instant (how long until every timer has fired and its step
 //!   been handed to a worker).
+//! - `dispatch`: 10,000 single-step runs submitted by 8 concurrent clients while the workers run them; dispatch
+//!   latency (`step_started` − `step_ready`) p50, p99 and max, `steps_per_sec`, `submit_per_sec` (see
+//!   [`dispatch`]).
 //! - `memory`: 10,000 runs of 10 steps each waiting on a timer a day ahead (100,000 pending timers, 10,000
 //!   active runs); `rss_mb` = the orchestrator's resident memory (`VmRSS`) once they are stored.
-//! - `all`: chain, fanout, throughput, timers, memory, in order, against one orchestrator.
+//! - `all`: chain, fanout, throughput, timers, dispatch, memory, in order, against one orchestrator.
 //!
 //! `--json` prints one JSON object per line per scenario. A PostgreSQL database given with `--db` should be fresh
 //! (the orchestrator migrates it; runs accumulate in it).
@@ -38,6 +41,8 @@ use serde_json::{Value, json};
 
 use crate::client::Client;
 
+mod dispatch;
+
 /// The scenarios `cairn bench` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
@@ -49,9 +54,11 @@ pub enum Scenario {
     Throughput,
     /// 10,000 timers due at the same instant: time until all have fired.
     Timers,
+    /// 10,000 single-step runs arriving while workers run them: dispatch latency under a steady load.
+    Dispatch,
     /// 100,000 pending timers in 10,000 runs: the orchestrator's resident memory.
     Memory,
-    /// chain, fanout, throughput, timers, memory.
+    /// chain, fanout, throughput, timers, dispatch, memory.
     All,
 }
 
@@ -167,7 +174,14 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     });
     let scenarios = match args.scenario {
         Scenario::All => {
-            vec![Scenario::Chain, Scenario::Fanout, Scenario::Throughput, Scenario::Timers, Scenario::Memory]
+            vec![
+                Scenario::Chain,
+                Scenario::Fanout,
+                Scenario::Throughput,
+                Scenario::Timers,
+                Scenario::Dispatch,
+                Scenario::Memory,
+            ]
         }
         one => vec![one],
     };
@@ -177,6 +191,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
             Scenario::Fanout => fanout(&client).await?,
             Scenario::Throughput => throughput(&client).await?,
             Scenario::Timers => timers(&client).await?,
+            Scenario::Dispatch => dispatch::dispatch(&client).await?,
             Scenario::Memory => memory(&client, procs.children[0].id()).await?,
             Scenario::All => unreachable!("expanded above"),
         };
@@ -225,6 +240,16 @@ fn print_figures(figures: &Value, as_json: bool) {
             get("steps_per_sec"),
             get("dispatch_latency_ms_p50"),
             get("dispatch_latency_ms_p99")
+        ),
+        "dispatch" => out!(
+            "dispatch   {setup}: {} single-step runs arriving at {}/s: dispatch latency p50 {} ms, p99 {} ms, max {} \
+             ms; {} steps/s",
+            get("runs"),
+            get("submit_per_sec"),
+            get("dispatch_latency_ms_p50"),
+            get("dispatch_latency_ms_p99"),
+            get("dispatch_latency_ms_max"),
+            get("steps_per_sec")
         ),
         "timers" => out!(
             "timers     {setup}: {} timers due at one instant all fired within {} ms (first after {} ms)",
@@ -475,18 +500,7 @@ async fn memory(client: &Client, orchestrator_pid: u32) -> anyhow::Result<Value>
         .map(|_| submit(client, "bench: memory", steps.clone()))
         .buffer_unordered(8);
     let ids: Vec<(String, Instant)> = submissions.try_collect().await?;
-    let runs = client.get("/metrics").await?;
-    let active = match runs {
-        Value::String(text) => text
-            .lines()
-            .filter_map(|l| {
-                l.strip_prefix("cairn_runs{status=\"pending\"} ")
-                    .or_else(|| l.strip_prefix("cairn_runs{status=\"running\"} "))
-            })
-            .filter_map(|v| v.trim().parse::<f64>().ok())
-            .sum::<f64>(),
-        _ => f64::NAN,
-    };
+    let active = active_runs(client).await?;
     let after = rss_mb(orchestrator_pid)?;
     Ok(json!({
         "scenario": "memory",
@@ -496,6 +510,21 @@ async fn memory(client: &Client, orchestrator_pid: u32) -> anyhow::Result<Value>
         "rss_mb": after,
         "rss_mb_before": before,
     }))
+}
+
+/// Runs pending or running, as the orchestrator's `/metrics` reports them (NaN if it reports none).
+async fn active_runs(client: &Client) -> anyhow::Result<f64> {
+    Ok(match client.get("/metrics").await? {
+        Value::String(text) => text
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("cairn_runs{status=\"pending\"} ")
+                    .or_else(|| l.strip_prefix("cairn_runs{status=\"running\"} "))
+            })
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .sum::<f64>(),
+        _ => f64::NAN,
+    })
 }
 
 /// Resident memory of a process, in MB (Linux `/proc/PID/status`).

@@ -1,0 +1,81 @@
+//! `dispatch`: dispatch latency while runs keep arriving (issue 8's "10,000 independent single-step runs").
+//!
+//! 10,000 runs of one `noop` step each are submitted through the REST API by [`CLIENTS`] concurrent clients, as
+//! fast as the API accepts them, while the workers run them. Each step is ready from its submission, so its
+//! dispatch latency, `step_started` − `step_ready`, is the time until a worker's claim took it: the figure
+//! issue 8's "dispatch latency p99 ≤ 20 ms" asks for, unless the workers fall behind the arrivals (then it also
+//! holds the wait for a free slot). `steps_per_sec` = runs / (last `step_succeeded` − first `step_ready`) is
+//! bounded by the submission rate, reported as `submit_per_sec`: this scenario measures latency under a steady
+//! load, `throughput` measures the most the workers can drain.
+
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use futures::{StreamExt, TryStreamExt};
+use serde_json::{Value, json};
+
+use super::{Timeline, active_runs, noop, percentile, sorted, submit};
+use crate::client::Client;
+
+/// Runs submitted.
+const RUNS: usize = 10_000;
+/// Submissions (and, afterwards, history reads) in flight at once.
+const CLIENTS: usize = 8;
+
+/// Runs the scenario; its figures as one JSON object.
+pub(super) async fn dispatch(client: &Client) -> anyhow::Result<Value> {
+    let active_before = active_runs(client).await?;
+    let started = Instant::now();
+    let ids: Vec<(String, Instant)> = futures::stream::iter(0..RUNS)
+        .map(|_| submit(client, "bench: dispatch", vec![noop("only", &[])]))
+        .buffer_unordered(CLIENTS)
+        .try_collect()
+        .await?;
+    let submit_secs = started.elapsed().as_secs_f64();
+    wait_until_finished(client, active_before).await?;
+    let timelines: Vec<Timeline> = futures::stream::iter(&ids)
+        .map(|(id, _)| Timeline::follow(client, id, Duration::from_millis(100)))
+        .buffer_unordered(CLIENTS)
+        .try_collect()
+        .await?;
+    let mut first_ready = i64::MAX;
+    let mut last_done = i64::MIN;
+    let mut latency = Vec::with_capacity(timelines.len());
+    for timeline in &timelines {
+        let ready = timeline.get("step_ready", "only")?;
+        first_ready = first_ready.min(ready);
+        last_done = last_done.max(timeline.get("step_succeeded", "only")?);
+        #[allow(clippy::cast_precision_loss)]
+        latency.push((timeline.get("step_started", "only")? - ready) as f64);
+    }
+    let latency = sorted(latency);
+    #[allow(clippy::cast_precision_loss)]
+    let span_ms = (last_done - first_ready).max(1) as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let runs = ids.len() as f64;
+    Ok(json!({
+        "scenario": "dispatch",
+        "runs": ids.len(),
+        "span_ms": span_ms,
+        "steps_per_sec": (runs * 1000.0 / span_ms).round(),
+        "submit_per_sec": (runs / submit_secs.max(0.001)).round(),
+        "dispatch_latency_ms_p50": percentile(&latency, 0.5),
+        "dispatch_latency_ms_p99": percentile(&latency, 0.99),
+        "dispatch_latency_ms_max": latency.last().copied().unwrap_or(f64::NAN),
+    }))
+}
+
+/// Waits until no more runs are active than before the submissions (at most 600 s).
+async fn wait_until_finished(client: &Client, active_before: f64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let active = active_runs(client).await?;
+        if active <= active_before {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{active} runs still active after 600 s ({active_before} before the submissions)");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
