@@ -182,30 +182,40 @@ impl WorkerService for WorkerGrpc {
             let report = self.engine.complete(&lease, &output).await.map_err(|e| unavailable(&e))?;
             return Ok(Response::new(outcome(report)));
         }
-        if let Some((report, next)) = self.replies.replay(&lease) {
+        let now = self.engine.now_ms();
+        if let Some((report, next)) = self.replies.replay(&lease, now) {
             // A resend: the first answer, with attempts leased to this worker, never reached it.
             tracing::info!(run_id = %lease.run_id, step_id = %lease.step_id, attempt = lease.attempt,
                 handed = next.len(), "completion resent; answered as the first time");
-            let now = self.engine.now_ms();
             let mut response = outcome(report);
             response.next = next.into_iter().map(|c| attempt(c, now)).collect();
             return Ok(Response::new(response));
         }
-        // The report is queued first, so the claim sees what it released (same batch or a later one).
+        // `biased`: the report is queued first, so the claim sees what it released (normally in the same batch;
+        // in a later one when the writer took the report alone).
         let limit = req.next_max_attempts.clamp(1, 256);
         let (report, claimed) = tokio::join!(
+            biased;
             self.engine.complete(&lease, &output),
             self.engine.claim(&req.worker_id, &req.next_actions, limit)
         );
-        let report = report.map_err(|e| unavailable(&e))?;
         // A failed claim costs the worker nothing but this shortcut: its slot goes back to polling.
         let claimed = claimed.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "claim after a completion failed; the worker polls instead");
             Vec::new()
         });
+        let report = match report {
+            Ok(report) => report,
+            Err(e) => {
+                // The worker resends the report; the attempts claimed for it would otherwise wait unseen for
+                // their leases to expire.
+                self.engine.give_back(claimed).await;
+                return Err(unavailable(&e));
+            }
+        };
         let now = self.engine.now_ms();
-        let keep_ms = i64::try_from(self.engine.config().lease_ttl.as_millis()).unwrap_or(i64::MAX);
-        self.replies.remember(&lease, report, &claimed, now, keep_ms);
+        let lease_ttl_ms = i64::try_from(self.engine.config().lease_ttl.as_millis()).unwrap_or(i64::MAX);
+        self.replies.remember(&lease, report, &claimed, now, lease_ttl_ms);
         let mut response = outcome(report);
         response.next = claimed.into_iter().map(|c| attempt(c, now)).collect();
         Ok(Response::new(response))
@@ -214,6 +224,10 @@ impl WorkerService for WorkerGrpc {
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<ReportResponse>, Status> {
         let req = request.into_inner();
         let lease = lease(&req.worker_id, req.lease)?;
+        if req.not_started {
+            let report = self.engine.return_unstarted(&lease).await.map_err(|e| unavailable(&e))?;
+            return Ok(Response::new(outcome(report)));
+        }
         let f = req.failure.ok_or_else(|| Status::invalid_argument("missing failure"))?;
         let failure = Failure {
             details: json("details_json", &f.details_json)?,

@@ -1,6 +1,6 @@
 //! Answers to completions that handed out attempts, kept so that a resent completion gets the same attempts.
 //!
-//! A `Complete` may carry a claim for the slot it frees (architecture §8), and its answer then holds attempts
+//! A `Complete` may carry a claim for the slot it frees (`docs/architecture.md` §10, "Worker protocol and API"), and its answer then holds attempts
 //! already leased to the worker. When that answer is lost on the way (a transport error: the worker never saw
 //! it), the worker resends the same `Complete`. Answered from the store, the resend is `STALE` (the first one
 //! was accepted) with nothing in `next`, and the attempts handed in the lost answer would sit leased until their
@@ -9,16 +9,21 @@
 //! completing lease, and a completion under the same lease is answered with the same outcome and attempts.
 //!
 //! Only the worker's own resend reaches here with the same lease, and it resends only after the earlier call
-//! failed, so an answer's attempts reach the worker's code once. Memory only: after an orchestrator restart the
-//! attempts of a lost answer fall back to lease expiry, as before. An entry is kept for one lease TTL (by then
-//! the attempts' leases have ended anyway) and at most [`MAX_ENTRIES`] are kept, the oldest dropped first.
+//! failed, so an answer's attempts reach the worker's code once. An answer is replayed only until the first of
+//! its attempts' leases would expire unrenewed (`min(deadline, claimed at + heartbeat timeout or lease TTL)`):
+//! later, the reaper may already have ended them, and a late resend (workers resend for minutes while the
+//! orchestrator is unreachable) must not start an attempt that was reaped, least of all a non-idempotent one
+//! parked as `outcome_unknown`; it is answered from the store instead. Memory only: after an orchestrator
+//! restart the attempts of a lost answer fall back to lease expiry, as before. Expired entries are dropped as new
+//! ones arrive, and at most [`MAX_ENTRIES`] are kept, the oldest dropped first.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use cairn_store::{Claimed, Lease, Report};
 
-/// Most answers remembered at once (about 300 bytes each for small args: tens of MB at most).
+/// Most answers remembered at once (about 300 bytes per attempt with small args; the worker runtime asks for one
+/// attempt per completion, so tens of MB at most in practice).
 pub const MAX_ENTRIES: usize = 65_536;
 
 /// Remembered answers, by completing lease.
@@ -29,45 +34,66 @@ pub struct HandedReplies {
 
 #[derive(Debug, Default)]
 struct State {
-    by_lease: HashMap<Lease, (Report, Vec<Claimed>)>,
-    /// Insertion order with the time each entry was stored (epoch ms), for expiry.
-    order: VecDeque<(i64, Lease)>,
+    by_lease: HashMap<Lease, Entry>,
+    /// Insertion order, for dropping the oldest.
+    order: VecDeque<Lease>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    report: Report,
+    next: Vec<Claimed>,
+    /// Epoch ms from which the answer is no longer replayed.
+    until_ms: i64,
 }
 
 impl HandedReplies {
-    /// Remembers the answer to the completion under `lease` until `now_ms + keep_ms`. Answers without attempts
-    /// are not kept: a resend of those is answered correctly by the store (`STALE`, nothing lost).
-    pub fn remember(&self, lease: &Lease, report: Report, next: &[Claimed], now_ms: i64, keep_ms: i64) {
-        if next.is_empty() {
+    /// Remembers the answer to the completion under `lease`, given at `now_ms`, whose attempts hold leases of
+    /// `lease_ttl_ms` unless they set a heartbeat timeout. Answers without attempts are not kept: a resend of
+    /// those is answered correctly by the store (`STALE`, nothing lost).
+    pub fn remember(&self, lease: &Lease, report: Report, next: &[Claimed], now_ms: i64, lease_ttl_ms: i64) {
+        let Some(until_ms) = next
+            .iter()
+            .map(|c| {
+                // The claim set the deadline to its own time + `timeout_ms`, and the lease to the earlier of that
+                // deadline and its time + the heartbeat timeout (or the lease TTL).
+                let claimed_at = c.deadline_ms.saturating_sub(c.timeout_ms);
+                c.deadline_ms.min(claimed_at.saturating_add(c.heartbeat_timeout_ms.unwrap_or(lease_ttl_ms)))
+            })
+            .min()
+        else {
             return;
-        }
+        };
         let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        state.expire(now_ms, keep_ms);
+        state.expire(now_ms);
         while state.order.len() >= MAX_ENTRIES {
             state.drop_oldest();
         }
-        if state.by_lease.insert(lease.clone(), (report, next.to_vec())).is_none() {
-            state.order.push_back((now_ms, lease.clone()));
+        let entry = Entry { report, next: next.to_vec(), until_ms };
+        if state.by_lease.insert(lease.clone(), entry).is_none() {
+            state.order.push_back(lease.clone());
         }
     }
 
-    /// The remembered answer to a completion under `lease`, if any (kept: a second lost answer is answered
-    /// again).
-    pub fn replay(&self, lease: &Lease) -> Option<(Report, Vec<Claimed>)> {
+    /// The remembered answer to a completion under `lease`, if its attempts' leases cannot have expired by
+    /// `now_ms` (kept: a second lost answer is answered again).
+    pub fn replay(&self, lease: &Lease, now_ms: i64) -> Option<(Report, Vec<Claimed>)> {
         let state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        state.by_lease.get(lease).cloned()
+        state.by_lease.get(lease).filter(|e| now_ms < e.until_ms).map(|e| (e.report, e.next.clone()))
     }
 }
 
 impl State {
-    fn expire(&mut self, now_ms: i64, keep_ms: i64) {
-        while self.order.front().is_some_and(|(at, _)| at.saturating_add(keep_ms) <= now_ms) {
+    /// Drops expired entries from the front. Entries are stored in time order, but their expiries vary; one that
+    /// expired behind a live one is dropped later (and is never replayed meanwhile).
+    fn expire(&mut self, now_ms: i64) {
+        while self.order.front().and_then(|l| self.by_lease.get(l)).is_some_and(|e| e.until_ms <= now_ms) {
             self.drop_oldest();
         }
     }
 
     fn drop_oldest(&mut self) {
-        if let Some((_, lease)) = self.order.pop_front() {
+        if let Some(lease) = self.order.pop_front() {
             self.by_lease.remove(&lease);
         }
     }
@@ -81,13 +107,14 @@ mod tests {
         Lease { run_id: "r".into(), step_id: step.into(), attempt: 1, worker_id: "w".into() }
     }
 
-    fn claimed(step: &str) -> Claimed {
+    /// An attempt claimed at `at_ms` with a 10 s timeout.
+    fn claimed(step: &str, at_ms: i64) -> Claimed {
         Claimed {
             lease: lease(step),
             action: "noop".into(),
             args: serde_json::json!({}),
             idempotency_key: format!("r/{step}"),
-            deadline_ms: 10_000,
+            deadline_ms: at_ms + 10_000,
             due_at_ms: 0,
             timeout_ms: 10_000,
             heartbeat_timeout_ms: None,
@@ -98,27 +125,29 @@ mod tests {
     #[test]
     fn an_answer_with_attempts_is_replayed_until_it_expires() {
         let replies = HandedReplies::default();
-        replies.remember(&lease("a"), Report::Succeeded, &[claimed("b")], 1_000, 500);
+        replies.remember(&lease("a"), Report::Succeeded, &[claimed("b", 1_000)], 1_000, 500);
         replies.remember(&lease("x"), Report::Succeeded, &[], 1_000, 500);
-        assert_eq!(replies.replay(&lease("a")), Some((Report::Succeeded, vec![claimed("b")])));
-        assert_eq!(replies.replay(&lease("a")).map(|(_, next)| next.len()), Some(1), "replayed again if needed");
-        assert_eq!(replies.replay(&lease("x")), None, "an answer without attempts is not kept");
+        assert_eq!(replies.replay(&lease("a"), 1_100), Some((Report::Succeeded, vec![claimed("b", 1_000)])));
+        assert_eq!(replies.replay(&lease("a"), 1_200).map(|(_, next)| next.len()), Some(1), "replayed again");
+        assert_eq!(replies.replay(&lease("x"), 1_100), None, "an answer without attempts is not kept");
         let other_worker = Lease { worker_id: "w2".into(), ..lease("a") };
-        assert_eq!(replies.replay(&other_worker), None, "only the same lease, worker included");
+        assert_eq!(replies.replay(&other_worker, 1_100), None, "only the same lease, worker included");
+        assert_eq!(replies.replay(&lease("a"), 1_500), None, "not once the attempt's lease may have expired");
 
-        replies.remember(&lease("c"), Report::Succeeded, &[claimed("d")], 1_500, 500);
-        assert_eq!(replies.replay(&lease("a")), None, "kept for one lease TTL");
-        assert!(replies.replay(&lease("c")).is_some());
+        let short = Claimed { heartbeat_timeout_ms: Some(100), ..claimed("d", 2_000) };
+        replies.remember(&lease("c"), Report::Succeeded, &[claimed("e", 2_000), short], 2_000, 500);
+        assert!(replies.replay(&lease("c"), 2_099).is_some());
+        assert_eq!(replies.replay(&lease("c"), 2_100), None, "the first lease to expire bounds the answer");
     }
 
     #[test]
     fn the_oldest_answers_are_dropped_beyond_the_limit() {
         let replies = HandedReplies::default();
         for i in 0..=MAX_ENTRIES {
-            replies.remember(&lease(&format!("s{i}")), Report::Succeeded, &[claimed("n")], 0, i64::MAX);
+            replies.remember(&lease(&format!("s{i}")), Report::Succeeded, &[claimed("n", 0)], 0, 5_000);
         }
-        assert_eq!(replies.replay(&lease("s0")), None, "the oldest made room");
-        assert!(replies.replay(&lease("s1")).is_some());
-        assert!(replies.replay(&lease(&format!("s{MAX_ENTRIES}"))).is_some());
+        assert_eq!(replies.replay(&lease("s0"), 1), None, "the oldest made room");
+        assert!(replies.replay(&lease("s1"), 1).is_some());
+        assert!(replies.replay(&lease(&format!("s{MAX_ENTRIES}")), 1).is_some());
     }
 }

@@ -229,13 +229,14 @@ impl Store {
         .await?)
     }
 
-    /// Undoes claims that never reached a worker: the steps are ready again, due now, and the attempts are
-    /// given back. Returns how many were undone; leases that already ended are left alone.
+    /// Undoes claims whose attempts never started: the steps are ready again, due now, and the attempts are
+    /// given back. `reason` is recorded in each `step_unclaimed` event. Returns how many were undone; leases
+    /// that already ended are left alone.
     ///
     /// # Errors
     /// [`StoreError::Database`] (retryable). If it cannot be applied, the leases expire and the reaper decides.
-    pub async fn unclaim(&self, leases: &[Lease], now_ms: i64) -> StoreResult<usize> {
-        in_tx!(self, |tx, events| flow::claim::unclaim(&mut tx, leases, now_ms, &mut events).await?)
+    pub async fn unclaim(&self, leases: &[Lease], reason: &str, now_ms: i64) -> StoreResult<usize> {
+        in_tx!(self, |tx, events| flow::claim::unclaim(&mut tx, leases, reason, now_ms, &mut events).await?)
     }
 
     /// Extends `lease` (and saves `checkpoint`); [`HeartbeatOutcome::Gone`] tells the worker to stop.

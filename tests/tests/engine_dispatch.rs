@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cairn_core::clock::ManualClock;
 use cairn_proto::v1::worker_service_client::WorkerServiceClient;
-use cairn_proto::v1::{Attempt, CompleteRequest, PollRequest, ReportOutcome};
+use cairn_proto::v1::{Attempt, CompleteRequest, FailRequest, Failure, PollRequest, ReportOutcome};
 use cairn_tests::http::{HttpApp, step};
 use cairn_tests::{TestApp, backends};
 use serde_json::json;
@@ -182,5 +182,49 @@ async fn a_resent_completion_gets_the_attempts_its_lost_answer_handed_out() {
         let of_b: Vec<_> = attempts.iter().filter(|t| t.step_id == "b").map(|t| t.status.as_str()).collect();
         assert_eq!(of_b, ["succeeded"], "{backend:?}: b ran once, in one attempt");
         assert_eq!(step(&app.run(&run).await, "c")["status"], "ready", "{backend:?}");
+    }
+}
+
+/// An attempt the worker returns without having started it (`FailRequest.not_started`: handed to it with no
+/// slot left, or after it stopped fetching) is given back: the step is ready again at once and the attempt does
+/// not count, so a step allowed a single attempt still runs.
+#[tokio::test]
+async fn an_attempt_returned_unstarted_does_not_count_against_max_attempts() {
+    for backend in backends() {
+        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+        let run = app
+            .submit(json!({"steps":[{"id":"a","action":"noop","args":{},"idempotent":false,
+                "retry":{"max_attempts":1}}]}))
+            .await;
+        let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
+        let poll = PollRequest { worker_id: "w1".into(), actions: actions(), max_attempts: 1, wait_ms: 1000 };
+        let first = worker.poll(poll.clone()).await.unwrap().into_inner().attempts;
+        assert_eq!(step_ids(&first), ["a"], "{backend:?}");
+        let failure = Failure {
+            code: "worker_shutdown".into(),
+            retryable: true,
+            did_not_take_effect: true,
+            ..Failure::default()
+        };
+        let returned = FailRequest {
+            worker_id: "w1".into(),
+            lease: first[0].lease.clone(),
+            failure: Some(failure),
+            not_started: true,
+        };
+
+        let answer = worker.fail(returned.clone()).await.unwrap().into_inner();
+
+        assert_eq!(answer.outcome(), ReportOutcome::RetryScheduled, "{backend:?}: given back");
+        assert_eq!(step(&app.run(&run).await, "a")["status"], "ready", "{backend:?}: ready again at once");
+        let again = worker.fail(returned).await.unwrap().into_inner();
+        assert_eq!(again.outcome(), ReportOutcome::Stale, "{backend:?}: a repeated return changes nothing");
+        let second = worker.poll(poll).await.unwrap().into_inner().attempts;
+        assert_eq!(second[0].lease.as_ref().unwrap().attempt, 1, "{backend:?}: the attempt was not counted");
+        let done = worker.complete(completion(&second[0], 0)).await.unwrap().into_inner();
+        assert_eq!(done.outcome(), ReportOutcome::Succeeded, "{backend:?}");
+        let events = app.engine().store().events(&run, 0, 100).await.unwrap();
+        let unclaimed = events.iter().find(|e| e.kind == "step_unclaimed").expect("the return is recorded");
+        assert_eq!(unclaimed.data["reason"], "returned unstarted by the worker", "{backend:?}");
     }
 }

@@ -189,18 +189,22 @@ impl Engine {
         }
     }
 
-    /// Gives back claims that never reached a worker (their poll ended before the hand-off arrived).
-    async fn unclaim(&self, claimed: Vec<Claimed>) {
+    /// Gives back claims that will never reach a worker (a poll that ended before its hand-off arrived, a
+    /// completion answered with an error): each step is ready again at once, its attempt not counted.
+    pub(crate) async fn give_back(&self, claimed: Vec<Claimed>) {
+        if claimed.is_empty() {
+            return;
+        }
         for c in &claimed {
             self.inner.spans.closed(&c.lease, "undelivered", None);
         }
         let leases: Vec<Lease> = claimed.into_iter().map(|c| c.lease).collect();
-        match self.inner.store.unclaim(&leases, self.now_ms()).await {
+        match self.inner.store.unclaim(&leases, "not delivered: the worker's call had ended", self.now_ms()).await {
             Ok(undone) => {
-                tracing::info!(undone, "claims handed to an ended poll were given back");
+                tracing::info!(undone, "claims that never reached a worker were given back");
                 self.wake();
             }
-            Err(e) => tracing::warn!(error = %e, "claims handed to an ended poll could not be given back; \
+            Err(e) => tracing::warn!(error = %e, "claims that never reached a worker could not be given back; \
                 their leases will expire"),
         }
     }
@@ -270,6 +274,25 @@ impl Engine {
     pub async fn fail(&self, lease: &Lease, failure: &Failure) -> StoreResult<Report> {
         let kind = ReportKind::Fail { failure: failure.clone(), sample: rand::random::<f64>() };
         self.queue_report(ReportItem { lease: lease.clone(), kind }).await
+    }
+
+    /// Undoes the claim of an attempt its worker returns without having started it: the step is ready again at
+    /// once and the attempt does not count. [`Report::RetryScheduled`] when undone, [`Report::Stale`] when the
+    /// lease had already ended (reaped, cancelled, or another worker's).
+    ///
+    /// # Errors
+    /// Store errors (retryable: the worker resends).
+    pub async fn return_unstarted(&self, lease: &Lease) -> StoreResult<Report> {
+        let reason = "returned unstarted by the worker";
+        let undone = self.inner.store.unclaim(std::slice::from_ref(lease), reason, self.now_ms()).await?;
+        if undone == 0 {
+            return Ok(Report::Stale);
+        }
+        self.inner.spans.closed(lease, "returned", None);
+        tracing::info!(run_id = %lease.run_id, step_id = %lease.step_id, attempt = lease.attempt,
+            "an attempt returned unstarted was given back");
+        self.wake();
+        Ok(Report::RetryScheduled)
     }
 
     /// The lock serialising this orchestrator's `event.wait` starts.

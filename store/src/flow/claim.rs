@@ -123,13 +123,14 @@ async fn resolve<T: DialectTx>(tx: &mut T, row: &ClaimedRow) -> StoreResult<Resu
     }))
 }
 
-/// Undoes claims whose attempts never reached a worker (the long poll they were handed to had already ended):
-/// each step goes back to ready, due now, with its attempt number and attempt row given back, so the attempt
+/// Undoes claims whose attempts never started (the call they were handed to had ended, or the worker returned
+/// them unstarted; `reason` goes into each `step_unclaimed` event): each step goes back to ready, due now, with its attempt number and attempt row given back, so the attempt
 /// neither counts against `max_attempts` nor waits for its lease to expire. Returns how many were undone (a
 /// lease that already ended is left alone).
 pub(crate) async fn unclaim<T: DialectTx>(
     tx: &mut T,
     leases: &[Lease],
+    reason: &str,
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<usize> {
@@ -137,7 +138,7 @@ pub(crate) async fn unclaim<T: DialectTx>(
     for lease in leases {
         if tx.step_unclaim(lease, now).await? {
             tx.attempt_delete(lease).await?;
-            let data = json!({"attempt": lease.attempt, "reason": "not delivered: the worker's poll had ended"});
+            let data = json!({"attempt": lease.attempt, "reason": reason});
             events.push(event(&lease.run_id, Some(&lease.step_id), "step_unclaimed", data, now));
             undone += 1;
         }

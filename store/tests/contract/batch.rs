@@ -96,7 +96,10 @@ async fn an_undelivered_claim_is_given_back_without_using_an_attempt(store: Stor
     let lease = claim_one(&store, T0).await.lease;
     assert_eq!(lease.attempt, 1);
 
-    assert_eq!(store.unclaim(std::slice::from_ref(&lease), T0 + 3).await.expect("the store answers"), 1);
+    assert_eq!(
+        store.unclaim(std::slice::from_ref(&lease), "not delivered", T0 + 3).await.expect("the store answers"),
+        1
+    );
 
     let a = step(&store, "r1", "a").await;
     assert_eq!(a.status, "ready", "the step is ready again at once");
@@ -105,7 +108,7 @@ async fn an_undelivered_claim_is_given_back_without_using_an_attempt(store: Stor
     assert!(store.attempts("r1").await.expect("the store answers").is_empty(), "the attempt row is removed");
     assert!(events(&store, "r1").await.iter().any(|e| e.kind == "step_unclaimed"));
     assert_eq!(
-        store.unclaim(std::slice::from_ref(&lease), T0 + 4).await.expect("the store answers"),
+        store.unclaim(std::slice::from_ref(&lease), "not delivered", T0 + 4).await.expect("the store answers"),
         0,
         "a second undo changes nothing"
     );

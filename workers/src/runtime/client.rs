@@ -138,8 +138,31 @@ impl OrchestratorClient {
 
     /// Reports a failed attempt.
     pub(crate) async fn fail(&self, lease: &pb::Lease, failure: pb::Failure) -> Result<ReportOutcome, Status> {
-        let req =
-            FailRequest { worker_id: self.worker_id.to_string(), lease: Some(lease.clone()), failure: Some(failure) };
+        self.fail_request(lease, failure, false).await
+    }
+
+    /// Returns an attempt this worker never started (`FailRequest.not_started`): the orchestrator undoes the
+    /// claim; `failure` is what an orchestrator that predates the field records instead.
+    pub(crate) async fn return_unstarted(
+        &self,
+        lease: &pb::Lease,
+        failure: pb::Failure,
+    ) -> Result<ReportOutcome, Status> {
+        self.fail_request(lease, failure, true).await
+    }
+
+    async fn fail_request(
+        &self,
+        lease: &pb::Lease,
+        failure: pb::Failure,
+        not_started: bool,
+    ) -> Result<ReportOutcome, Status> {
+        let req = FailRequest {
+            worker_id: self.worker_id.to_string(),
+            lease: Some(lease.clone()),
+            failure: Some(failure),
+            not_started,
+        };
         let response = self.inner.clone().fail(timed(req, CALL_TIMEOUT)).await?.into_inner();
         Ok(response.outcome())
     }

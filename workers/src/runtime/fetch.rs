@@ -238,18 +238,20 @@ fn spawn_tracked(tracker: &TaskTracker, task: impl std::future::Future<Output = 
     }
 }
 
-/// Fails an attempt that never started with `did_not_take_effect`, so it is retried without waiting for its
-/// lease to expire (and without going to `outcome_unknown` when the step is not idempotent).
+/// Returns an attempt that never started (`not_started`): the orchestrator undoes the claim, so the step is ready
+/// again at once and the attempt does not count. An orchestrator that predates the field records the failure
+/// carried along instead: retryable and `did_not_take_effect`, so it is retried under the step's policy rather
+/// than waiting for lease expiry (or going to `outcome_unknown` when the step is not idempotent).
 async fn return_unstarted(client: &OrchestratorClient, attempt: pb::Attempt) {
     let Some(lease) = attempt.lease else { return };
     let failure = pb::Failure {
         code: WORKER_SHUTDOWN.into(),
-        message: "the worker shut down before starting the attempt".into(),
+        message: "the worker returned the attempt without starting it".into(),
         retryable: true,
         did_not_take_effect: true,
         ..pb::Failure::default()
     };
-    match client.fail(&lease, failure).await {
+    match client.return_unstarted(&lease, failure).await {
         Ok(outcome) => tracing::info!(run_id = %lease.run_id, step_id = %lease.step_id, ?outcome,
             "returned an attempt that had not started"),
         Err(status) => tracing::warn!(run_id = %lease.run_id, step_id = %lease.step_id, code = ?status.code(),
