@@ -22,6 +22,7 @@ pub mod model;
 mod postgres;
 mod read;
 mod rows;
+mod runs_tx;
 mod sql;
 mod sqlite;
 pub mod stats;

@@ -17,6 +17,7 @@ use crate::rows::{ClaimedRow, LeasedRow};
 use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Postgres);
+crate::runs_tx::impl_runs_tx!(Postgres);
 
 /// Leases due ready steps, inserts their attempt rows and marks the runs they start running: one statement;
 /// rows locked by another claimer are skipped, not waited for. Index: `steps_ready_idx`, then primary keys.

@@ -18,6 +18,7 @@ use crate::rows::{AttemptClose, ClaimedRow, LeasedRow};
 use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Sqlite);
+crate::runs_tx::impl_runs_tx!(Sqlite);
 
 /// Leases due ready steps in one `UPDATE … RETURNING` (SQLite has one writer, so no row can be taken twice).
 /// Index: `steps_ready_idx`.

@@ -155,7 +155,7 @@ pub(crate) trait StepTx: Send {
 }
 
 /// Statements whose SQL differs between SQLite and PostgreSQL.
-pub(crate) trait DialectTx: StepTx {
+pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
     /// Leases up to `limit` ready, due steps of the given actions, inserts their attempt rows, and marks the
     /// runs they start `running` (except those in `running`, known to be running already). Returns the leased
     /// rows, in no particular order. PostgreSQL: one statement; SQLite: one per table.

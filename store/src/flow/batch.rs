@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use super::settle::{Finished, after_final_known};
+use super::settle::{Finished, close_runs, release};
 use super::{claim, finish};
 use crate::ReportLimits;
 use crate::error::StoreResult;
@@ -122,8 +122,8 @@ fn due_now(events: &[EventInsert], now: i64) -> HashSet<(String, String)> {
         .collect()
 }
 
-/// Accepts the batch's plain completions together: steps and attempts with [`DialectTx::succeed_many`], then one
-/// cascade per run (one release per level and one run-counter update per run instead of one per step). Returns, per
+/// Accepts the batch's plain completions together: steps and attempts with [`DialectTx::succeed_many`], one
+/// cascade per run (one release per level), then the runs' counters and finishes set-based ([`close_runs`]). Returns, per
 /// item, the report when decided here; `None` items are left to the one-by-one path, in order: failures,
 /// outputs over the limit (they fail the step), a second report for a step already in the set, and batches
 /// with fewer than two plain completions (the prepared single-step statement is as fast).
@@ -177,8 +177,10 @@ async fn complete_together<T: DialectTx>(
             }
         }
     }
+    let mut closing = Vec::with_capacity(runs.len());
     for (run_id, finished) in runs {
-        after_final_known(tx, run_id, finished, now, events).await?;
+        closing.push((run_id, release(tx, run_id, finished, now, events).await?));
     }
+    close_runs(tx, &closing, now, events).await?;
     Ok(decided)
 }

@@ -6,6 +6,8 @@
 //! level of the cascade (one release statement per level), so skip propagation is iterative, never recursive. Finally the run's open-step counter is reduced
 //! and the run finishes when it reaches zero.
 
+use std::collections::{HashMap, HashSet};
+
 use cairn_core::condition::{Condition, ConditionScope};
 use cairn_core::failure::{Failure, codes};
 use cairn_core::machine::{Readiness, readiness, run_outcome};
@@ -16,6 +18,7 @@ use serde_json::{Map, Value, json};
 use super::event;
 use crate::error::{StoreError, StoreResult};
 use crate::rows::{ChildRow, EventInsert};
+use crate::runs_tx::RunsTx;
 use crate::tx::StepTx;
 
 /// What was decided for a candidate.
@@ -194,6 +197,19 @@ pub(crate) async fn after_final_known<T: StepTx>(
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
+    let closed = release(tx, run_id, finished, now, events).await?;
+    close_run(tx, run_id, closed, now, events).await
+}
+
+/// The cascade of [`after_final_known`] without closing the run: returns how many of the run's steps became
+/// final (the `finished` ones and those the cascade decided), for [`close_runs`].
+pub(crate) async fn release<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    finished: Vec<Finished>,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<i64> {
     let mut closed = i64::try_from(finished.len()).unwrap_or(i64::MAX);
     let mut level = finished;
     loop {
@@ -215,7 +231,7 @@ pub(crate) async fn after_final_known<T: StepTx>(
         closed += i64::try_from(finals.len()).unwrap_or(0);
         level = finals;
     }
-    close_run(tx, run_id, closed, now, events).await
+    Ok(closed)
 }
 
 /// Subtracts `closed` from the run's open steps and finishes the run at zero.
@@ -227,12 +243,28 @@ async fn close_run<T: StepTx>(
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
     let Some((open, cancel_requested)) = tx.run_close_steps(run_id, closed, now).await? else {
-        return Err(StoreError::corrupt("runs", format!("run {run_id} vanished while finishing a step")));
+        return Err(vanished(run_id));
     };
     if open > 0 || cancel_requested != 0 {
         return Ok(());
     }
     let failed = tx.run_failed_steps(run_id).await?;
+    finish_run(tx, run_id, &failed, now, events).await
+}
+
+fn vanished(run_id: &str) -> StoreError {
+    StoreError::corrupt("runs", format!("run {run_id} vanished while finishing a step"))
+}
+
+/// Finishes a run whose open steps reached zero: failed when any step failed (`failed`: `(step_id, error)` in
+/// plan order, the first one named in the run's failure), succeeded otherwise.
+async fn finish_run<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    failed: &[(String, Option<String>)],
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<()> {
     let status = run_outcome(false, failed.len());
     let failure = failed.first().map(|(step_id, error)| {
         let record = error.as_deref().and_then(|e| serde_json::from_str::<Value>(e).ok()).unwrap_or(Value::Null);
@@ -243,6 +275,47 @@ async fn close_run<T: StepTx>(
     if tx.run_finish(run_id, status.as_str(), failure_text.as_deref(), now).await? {
         let kind = if status == RunStatus::Succeeded { "run_succeeded" } else { "run_failed" };
         events.push(event(run_id, None, kind, failure.unwrap_or(json!({})), now));
+    }
+    Ok(())
+}
+
+/// [`close_run`] for several runs (`(run_id, closed)`, distinct runs) with set-based statements: one counter
+/// update for all, one read of the failed steps of those that reached zero, one finish for those that
+/// succeeded (runs with failed steps are finished one by one). `run_failed` events come first, then
+/// `run_succeeded` ones, each in `closing`'s order.
+pub(crate) async fn close_runs<T: StepTx + RunsTx>(
+    tx: &mut T,
+    closing: &[(&str, i64)],
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<()> {
+    if let [(run_id, closed)] = closing {
+        return close_run(tx, run_id, *closed, now, events).await;
+    }
+    let counters: HashMap<String, (i64, i64)> =
+        tx.runs_close_steps(closing, now).await?.into_iter().map(|(id, open, cancel)| (id, (open, cancel))).collect();
+    let mut ending = Vec::new();
+    for (run_id, _) in closing {
+        match counters.get(*run_id) {
+            None => return Err(vanished(run_id)),
+            Some(&(open, cancel_requested)) if open <= 0 && cancel_requested == 0 => ending.push(*run_id),
+            Some(_) => {}
+        }
+    }
+    if ending.is_empty() {
+        return Ok(());
+    }
+    let mut failed: HashMap<String, Vec<(String, Option<String>)>> = HashMap::new();
+    for (run_id, step_id, error) in tx.runs_failed_steps(&ending).await? {
+        failed.entry(run_id).or_default().push((step_id, error));
+    }
+    let (clean, with_failures): (Vec<&str>, Vec<&str>) = ending.iter().partition(|id| !failed.contains_key(**id));
+    for run_id in with_failures {
+        finish_run(tx, run_id, &failed[run_id], now, events).await?;
+    }
+    let finished: HashSet<String> = tx.runs_succeed(&clean, now).await?.into_iter().collect();
+    for run_id in clean.into_iter().filter(|id| finished.contains(*id)) {
+        events.push(event(run_id, None, "run_succeeded", json!({}), now));
     }
     Ok(())
 }

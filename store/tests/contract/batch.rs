@@ -238,7 +238,42 @@ async fn a_cascade_from_a_batch_releases_level_by_level_and_skips_propagate_thro
     assert_eq!((summary.status.as_str(), summary.open_steps), ("succeeded", 0), "the run ends with its last decision");
 }
 
+async fn a_batch_finishing_many_runs_closes_each_as_it_would_alone(store: Store) {
+    // r1 and r2: one step each; r3: c completes here after x failed for good earlier; r4: e completes, f stays.
+    let once = json!({"max_attempts": 1});
+    submit(&store, "r1", &steps(vec![noop("a", &[], json!({}))])).await;
+    submit(&store, "r2", &steps(vec![noop("b", &[], json!({}))])).await;
+    let x = json!({"id": "x", "action": "noop", "args": {}, "retry": once});
+    submit(&store, "r3", &steps(vec![noop("c", &[], json!({})), x])).await;
+    submit(&store, "r4", &steps(vec![noop("e", &[], json!({})), noop("f", &[], json!({}))])).await;
+    let claimed = claim(&store, T0).await;
+    let lease_of = |id: &str| claimed.iter().find(|c| c.lease.step_id == id).expect("claimed").lease.clone();
+    let failed =
+        ReportItem { lease: lease_of("x"), kind: ReportKind::Fail { failure: action_error("no"), sample: 0.0 } };
+    let nobody = |_: usize| Vec::new();
+    let first = store.report_batch(&[failed], &[], LIMITS, TTL, T0 + 1, &nobody).await.expect("the batch commits");
+    assert_eq!(first.reports, [Report::Failed]);
+    let items: Vec<ReportItem> = ["a", "b", "c", "e"].iter().map(|id| complete(&lease_of(id), json!({}))).collect();
+
+    let outcome = store.report_batch(&items, &[], LIMITS, TTL, T0 + 10, &nobody).await.expect("the batch commits");
+
+    assert_eq!(outcome.reports, [Report::Succeeded; 4]);
+    for run_id in ["r1", "r2"] {
+        let summary = run(&store, run_id).await;
+        assert_eq!((summary.status.as_str(), summary.open_steps), ("succeeded", 0), "{run_id}");
+        assert!(has_event(&store, run_id, None, "run_succeeded").await, "{run_id}");
+    }
+    let r3 = run(&store, "r3").await;
+    assert_eq!(r3.status, "failed", "x failed, so r3 fails once c is done");
+    assert_eq!(r3.failure.as_ref().and_then(|f| f.get("step_id")).and_then(|v| v.as_str()), Some("x"));
+    assert!(has_event(&store, "r3", None, "run_failed").await);
+    let r4 = run(&store, "r4").await;
+    assert_eq!((r4.status.as_str(), r4.open_steps), ("running", 1), "f is still open");
+    assert!(!has_event(&store, "r4", None, "run_succeeded").await);
+}
+
 contract_tests!(
+    a_batch_finishing_many_runs_closes_each_as_it_would_alone,
     a_cascade_from_a_batch_releases_level_by_level_and_skips_propagate_through_shared_dependents,
     a_workers_claims_in_one_batch_share_out_the_leased_steps_and_the_hand_off_gets_only_the_rest,
     completions_accepted_together_end_as_they_would_one_by_one,
