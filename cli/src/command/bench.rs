@@ -19,7 +19,8 @@
 //! - `timers`: a run of 10,000 independent `noop` steps whose `not_before` is the same instant, a few seconds
 //!   ahead; `wall_ms` = last `step_started` − that instant (how long until every timer has fired and its step
 //!   been handed to a worker).
-//! - `dispatch`: 10,000 single-step runs submitted by 8 concurrent clients while the workers run them; dispatch
+//! - `dispatch`: 10,000 single-step runs submitted by 8 concurrent clients (at `--rate` runs per second, or as
+//!   fast as the API accepts them) while the workers run them; dispatch
 //!   latency (`step_started` − `step_ready`) p50, p99 and max, `steps_per_sec`, `submit_per_sec` (see
 //!   [`dispatch`]).
 //! - `memory`: 10,000 runs of 10 steps each waiting on a timer a day ahead (100,000 pending timers, 10,000
@@ -77,6 +78,9 @@ pub struct Args {
     /// Concurrency of each worker process.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// `dispatch` only: runs submitted per second (0: as fast as the API accepts them).
+    #[arg(long, default_value_t = 0)]
+    rate: u32,
     /// Print one JSON object per line per scenario.
     #[arg(long)]
     json: bool,
@@ -167,6 +171,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     wait_workers(&client, args.workers).await?;
 
     let config = json!({
+        "rate": args.rate,
         "db": backend,
         "workers": args.workers,
         "concurrency": args.concurrency,
@@ -191,7 +196,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
             Scenario::Fanout => fanout(&client).await?,
             Scenario::Throughput => throughput(&client).await?,
             Scenario::Timers => timers(&client).await?,
-            Scenario::Dispatch => dispatch::dispatch(&client).await?,
+            Scenario::Dispatch => dispatch::dispatch(&client, args.rate).await?,
             Scenario::Memory => memory(&client, procs.children[0].id()).await?,
             Scenario::All => unreachable!("expanded above"),
         };

@@ -1,7 +1,7 @@
 //! `dispatch`: dispatch latency while runs keep arriving (issue 8's "10,000 independent single-step runs").
 //!
 //! 10,000 runs of one `noop` step each are submitted through the REST API by [`CLIENTS`] concurrent clients, as
-//! fast as the API accepts them, while the workers run them. Each step is ready from its submission, so its
+//! fast as the API accepts them or at `--rate` runs per second, while the workers run them. Each step is ready from its submission, so its
 //! dispatch latency, `step_started` − `step_ready`, is the time until a worker's claim took it: the figure
 //! issue 8's "dispatch latency p99 ≤ 20 ms" asks for, unless the workers fall behind the arrivals (then it also
 //! holds the wait for a free slot). `steps_per_sec` = runs / (last `step_succeeded` − first `step_ready`) is
@@ -22,12 +22,21 @@ const RUNS: usize = 10_000;
 /// Submissions (and, afterwards, history reads) in flight at once.
 const CLIENTS: usize = 8;
 
-/// Runs the scenario; its figures as one JSON object.
-pub(super) async fn dispatch(client: &Client) -> anyhow::Result<Value> {
+/// Runs the scenario, submitting `rate` runs per second (0: as fast as the API accepts them); its figures as one
+/// JSON object.
+pub(super) async fn dispatch(client: &Client, rate: u32) -> anyhow::Result<Value> {
     let active_before = active_runs(client).await?;
     let started = Instant::now();
+    let every = (rate > 0).then(|| Duration::from_secs_f64(1.0 / f64::from(rate)));
     let ids: Vec<(String, Instant)> = futures::stream::iter(0..RUNS)
-        .map(|_| submit(client, "bench: dispatch", vec![noop("only", &[])]))
+        .map(|i| async move {
+            if let Some(every) = every {
+                // Run `i` leaves at its slot in the schedule, whatever the answers to earlier ones cost.
+                let at = started + every.saturating_mul(u32::try_from(i).unwrap_or(u32::MAX));
+                tokio::time::sleep_until(at.into()).await;
+            }
+            submit(client, "bench: dispatch", vec![noop("only", &[])]).await
+        })
         .buffer_unordered(CLIENTS)
         .try_collect()
         .await?;
