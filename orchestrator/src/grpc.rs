@@ -184,11 +184,19 @@ impl WorkerService for WorkerGrpc {
         }
         let now = self.engine.now_ms();
         if let Some((report, next)) = self.replies.replay(&lease, now) {
-            // A resend: the first answer, with attempts leased to this worker, never reached it.
+            // A resend: the first answer, with attempts leased to this worker, never reached it. Each attempt
+            // is handed again only if its lease is still current (a heartbeat checks and extends it).
+            let mut current = Vec::with_capacity(next.len());
+            for c in next {
+                match self.engine.heartbeat(&c.lease, None).await.map_err(|e| unavailable(&e))? {
+                    HeartbeatOutcome::Extended { .. } => current.push(c),
+                    HeartbeatOutcome::Gone => {}
+                }
+            }
             tracing::info!(run_id = %lease.run_id, step_id = %lease.step_id, attempt = lease.attempt,
-                handed = next.len(), "completion resent; answered as the first time");
+                handed = current.len(), "completion resent; answered as the first time");
             let mut response = outcome(report);
-            response.next = next.into_iter().map(|c| attempt(c, now)).collect();
+            response.next = current.into_iter().map(|c| attempt(c, now)).collect();
             return Ok(Response::new(response));
         }
         // `biased`: the report is queued first, so the claim sees what it released (normally in the same batch;
@@ -209,7 +217,7 @@ impl WorkerService for WorkerGrpc {
             Err(e) => {
                 // The worker resends the report; the attempts claimed for it would otherwise wait unseen for
                 // their leases to expire.
-                self.engine.give_back(claimed).await;
+                self.engine.give_back(claimed, "not delivered: the completion it came with was not recorded").await;
                 return Err(unavailable(&e));
             }
         };

@@ -9,11 +9,13 @@
 //! completing lease, and a completion under the same lease is answered with the same outcome and attempts.
 //!
 //! Only the worker's own resend reaches here with the same lease, and it resends only after the earlier call
-//! failed, so an answer's attempts reach the worker's code once. An answer is replayed only until the first of
-//! its attempts' leases would expire unrenewed (`min(deadline, claimed at + heartbeat timeout or lease TTL)`):
-//! later, the reaper may already have ended them, and a late resend (workers resend for minutes while the
-//! orchestrator is unreachable) must not start an attempt that was reaped, least of all a non-idempotent one
-//! parked as `outcome_unknown`; it is answered from the store instead. Memory only: after an orchestrator
+//! failed, so an answer's attempts reach the worker's code once. An answer is replayed only during the first half
+//! of its shortest attempt lease (`min(deadline, claimed at + heartbeat timeout or lease TTL)`), so the worker
+//! still has half a lease to send its first heartbeat (it heartbeats several times per lease), and the caller
+//! checks each replayed lease is still current (a heartbeat, which also extends it; a cancelled one is left
+//! out). A later resend (workers resend for minutes while the orchestrator is unreachable) is answered from the
+//! store: it must not start an attempt that may have been reaped, least of all a non-idempotent one parked as
+//! `outcome_unknown`. Memory only: after an orchestrator
 //! restart the attempts of a lost answer fall back to lease expiry, as before. Expired entries are dropped as new
 //! ones arrive, and at most [`MAX_ENTRIES`] are kept, the oldest dropped first.
 
@@ -58,7 +60,9 @@ impl HandedReplies {
                 // The claim set the deadline to its own time + `timeout_ms`, and the lease to the earlier of that
                 // deadline and its time + the heartbeat timeout (or the lease TTL).
                 let claimed_at = c.deadline_ms.saturating_sub(c.timeout_ms);
-                c.deadline_ms.min(claimed_at.saturating_add(c.heartbeat_timeout_ms.unwrap_or(lease_ttl_ms)))
+                let expires =
+                    c.deadline_ms.min(claimed_at.saturating_add(c.heartbeat_timeout_ms.unwrap_or(lease_ttl_ms)));
+                claimed_at.saturating_add(expires.saturating_sub(claimed_at) / 2)
             })
             .min()
         else {
@@ -75,8 +79,8 @@ impl HandedReplies {
         }
     }
 
-    /// The remembered answer to a completion under `lease`, if its attempts' leases cannot have expired by
-    /// `now_ms` (kept: a second lost answer is answered again).
+    /// The remembered answer to a completion under `lease`, if `now_ms` is within the first half of its attempts'
+    /// leases (kept: a second lost answer is answered again).
     pub fn replay(&self, lease: &Lease, now_ms: i64) -> Option<(Report, Vec<Claimed>)> {
         let state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         state.by_lease.get(lease).filter(|e| now_ms < e.until_ms).map(|e| (e.report, e.next.clone()))
@@ -128,16 +132,16 @@ mod tests {
         replies.remember(&lease("a"), Report::Succeeded, &[claimed("b", 1_000)], 1_000, 500);
         replies.remember(&lease("x"), Report::Succeeded, &[], 1_000, 500);
         assert_eq!(replies.replay(&lease("a"), 1_100), Some((Report::Succeeded, vec![claimed("b", 1_000)])));
-        assert_eq!(replies.replay(&lease("a"), 1_200).map(|(_, next)| next.len()), Some(1), "replayed again");
+        assert_eq!(replies.replay(&lease("a"), 1_249).map(|(_, next)| next.len()), Some(1), "replayed again");
         assert_eq!(replies.replay(&lease("x"), 1_100), None, "an answer without attempts is not kept");
         let other_worker = Lease { worker_id: "w2".into(), ..lease("a") };
         assert_eq!(replies.replay(&other_worker, 1_100), None, "only the same lease, worker included");
-        assert_eq!(replies.replay(&lease("a"), 1_500), None, "not once the attempt's lease may have expired");
+        assert_eq!(replies.replay(&lease("a"), 1_250), None, "not after the first half of the attempt's lease");
 
         let short = Claimed { heartbeat_timeout_ms: Some(100), ..claimed("d", 2_000) };
         replies.remember(&lease("c"), Report::Succeeded, &[claimed("e", 2_000), short], 2_000, 500);
-        assert!(replies.replay(&lease("c"), 2_099).is_some());
-        assert_eq!(replies.replay(&lease("c"), 2_100), None, "the first lease to expire bounds the answer");
+        assert!(replies.replay(&lease("c"), 2_049).is_some());
+        assert_eq!(replies.replay(&lease("c"), 2_050), None, "the shortest lease bounds the answer");
     }
 
     #[test]

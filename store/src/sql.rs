@@ -35,8 +35,8 @@ pub(crate) const STEP_SUCCEED: &str = "UPDATE steps SET status = 'succeeded', ou
      WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $4 \
      RETURNING child_count";
 
-/// Undo a claim whose attempts never reached a worker (the long poll it was handed to had ended): back to
-/// ready, due now, the attempt number given back. Fenced like STEP_SUCCEED.
+/// Undo a claim whose attempt never started (never reached a worker, or returned unstarted): back to ready, due
+/// now, the attempt number given back. Fenced like STEP_SUCCEED.
 pub(crate) const STEP_UNCLAIM: &str = "UPDATE steps SET status = 'ready', attempt = attempt - 1, \
      lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL, \
      heartbeat_at = NULL, available_at = $5, updated_at = $5 \

@@ -228,3 +228,30 @@ async fn an_attempt_returned_unstarted_does_not_count_against_max_attempts() {
         assert_eq!(unclaimed.data["reason"], "returned unstarted by the worker", "{backend:?}");
     }
 }
+
+/// A resent `Complete` is not handed an attempt whose lease ended meanwhile (here the run was cancelled): the
+/// worker must never start it.
+#[tokio::test]
+async fn a_resent_completion_leaves_out_attempts_whose_lease_ended() {
+    for backend in backends() {
+        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+        let run = app
+            .submit(json!({"steps":[
+                {"id":"a","action":"noop","args":{}},
+                {"id":"b","action":"noop","args":{},"depends_on":["a"],"idempotent":false}
+            ]}))
+            .await;
+        let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
+        let poll = PollRequest { worker_id: "w1".into(), actions: actions(), max_attempts: 1, wait_ms: 1000 };
+        let a = worker.poll(poll).await.unwrap().into_inner().attempts;
+        let lost = worker.complete(completion(&a[0], 1)).await.unwrap().into_inner();
+        assert_eq!(step_ids(&lost.next), ["b"], "{backend:?}");
+        let (status, _) = app.post(&format!("/v1/runs/{run}:cancel"), &json!({})).await;
+        assert!(status < 300, "{backend:?}: cancelled ({status})");
+
+        let resent = worker.complete(completion(&a[0], 1)).await.unwrap().into_inner();
+
+        assert_eq!(resent.outcome(), ReportOutcome::Succeeded, "{backend:?}: the outcome as the first time");
+        assert!(resent.next.is_empty(), "{backend:?}: b's lease ended with the cancel; it is not handed out again");
+    }
+}

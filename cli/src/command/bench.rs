@@ -517,7 +517,8 @@ async fn memory(client: &Client, orchestrator_pid: u32) -> anyhow::Result<Value>
     }))
 }
 
-/// Runs pending or running, as the orchestrator's `/metrics` reports them (NaN if it reports none).
+/// Runs pending or running, as the orchestrator's `/metrics` reports them (0 when it lists none; NaN when
+/// `/metrics` does not answer text).
 async fn active_runs(client: &Client) -> anyhow::Result<f64> {
     Ok(match client.get("/metrics").await? {
         Value::String(text) => text

@@ -194,7 +194,7 @@ impl Engine {
             handed += claimed.len();
             self.claims_observed(&waiter.request.worker_id, &claimed, now);
             if let Err(undelivered) = waiter.reply.send(claimed) {
-                self.give_back(undelivered).await;
+                self.give_back(undelivered, "not delivered: the worker's poll had ended").await;
             }
         }
         // Pollers are woken only for what the hand-off did not cover, or for an earlier due time to sleep to.
@@ -221,7 +221,7 @@ impl Engine {
             return;
         }
         if let Err(Ok(ClaimAnswer::Claimed(undelivered))) = reply.send(Ok(ClaimAnswer::Claimed(claimed))) {
-            self.give_back(undelivered).await;
+            self.give_back(undelivered, "not delivered: the worker's poll had ended").await;
         }
     }
 

@@ -190,8 +190,9 @@ impl Engine {
     }
 
     /// Gives back claims that will never reach a worker (a poll that ended before its hand-off arrived, a
-    /// completion answered with an error): each step is ready again at once, its attempt not counted.
-    pub(crate) async fn give_back(&self, claimed: Vec<Claimed>) {
+    /// completion answered with an error): each step is ready again at once, its attempt not counted; `reason`
+    /// goes into each `step_unclaimed` event.
+    pub(crate) async fn give_back(&self, claimed: Vec<Claimed>, reason: &str) {
         if claimed.is_empty() {
             return;
         }
@@ -199,7 +200,7 @@ impl Engine {
             self.inner.spans.closed(&c.lease, "undelivered", None);
         }
         let leases: Vec<Lease> = claimed.into_iter().map(|c| c.lease).collect();
-        match self.inner.store.unclaim(&leases, "not delivered: the worker's call had ended", self.now_ms()).await {
+        match self.inner.store.unclaim(&leases, reason, self.now_ms()).await {
             Ok(undone) => {
                 tracing::info!(undone, "claims that never reached a worker were given back");
                 self.wake();

@@ -5,7 +5,7 @@
 //! - [`settle`]: the cascade after steps become final: release dependents, apply trigger rules and `when`,
 //!   propagate skips, finish the run when nothing is open.
 //! - [`finish`]: accept a completion or a failure under a lease (retry, fail, or `outcome_unknown`).
-//! - [`claim`]: lease ready steps and resolve their placeholders; undo a claim that never reached a worker.
+//! - [`claim`]: lease ready steps and resolve their placeholders; undo a claim whose attempt never started.
 //! - [`batch`]: group commit of reports, with the released dependents claimed for waiting workers.
 //! - [`control`]: cancellation, operator decisions, approvals, the lease reaper.
 //! - [`schedule`], [`approval`], [`event_wait`]: durable waiting: schedule ticks, approval decisions and

@@ -12,8 +12,9 @@
 //!
 //! On shutdown the in-flight poll is abandoned at once (the orchestrator then claims nothing for it: the
 //! request is reset). Attempts that still arrived and cannot start — a poll answered in the same instant, or
-//! attempts received but not yet handed to apalis — are returned: failed with `did_not_take_effect`, so the
-//! orchestrator retries them (non-idempotent steps included) instead of waiting for their lease to expire.
+//! attempts received but not yet handed to apalis — are returned with `FailRequest.not_started`: the
+//! orchestrator undoes the claim (ready at once, the attempt not counted) instead of waiting for the lease to
+//! expire. So are surplus or late attempts handed over with a completion's answer.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -35,7 +36,8 @@ use super::client::OrchestratorClient;
 use super::job::{AttemptJob, take_slot};
 use super::{RuntimeError, Session};
 
-/// The code of an attempt returned unstarted at shutdown.
+/// The failure code carried by an attempt returned unstarted (at shutdown, or a surplus or late hand-off); only
+/// an orchestrator that predates `FailRequest.not_started` records it.
 pub const WORKER_SHUTDOWN: &str = "worker_shutdown";
 
 /// What the backend is built over: the session and the slots.

@@ -19,7 +19,7 @@
 //! poll is abandoned); attempts in flight may finish and report for up to `drain_timeout`; any still running
 //! then are dropped (their contexts cancelled) and left to lease expiry. Since the fetcher only asks for free
 //! slots, no attempt waits unstarted in the worker; the rare one that arrives as shutdown begins is returned to
-//! the orchestrator with `did_not_take_effect` (`fetch`).
+//! the orchestrator as not started (`fetch`), which undoes its claim.
 //!
 //! Module map:
 //! - `client`: the protocol client (token, worker id, call deadlines) and which errors are transient.
