@@ -14,7 +14,8 @@ use anyhow::bail;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
-use super::{Timeline, active_runs, noop, percentile, sorted, submit};
+use super::timeline::{Timeline, percentile, sorted};
+use super::{active_runs, noop, submit};
 use crate::client::Client;
 
 /// Runs submitted.
