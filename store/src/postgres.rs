@@ -9,7 +9,7 @@ use sqlx::postgres::PgPoolOptions;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
+use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
@@ -36,6 +36,14 @@ const CLAIM: &str = "WITH picked AS (SELECT run_id, step_id FROM steps WHERE sta
        WHERE status = 'pending' AND id IN (SELECT run_id FROM leased)) \
      SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, checkpoint, \
        available_at FROM leased";
+
+/// Wraps the shared set-based success (`StepTx::steps_succeed`) so the same statement closes the attempts.
+const SUCCEED_MANY: (&str, &str) = (
+    "WITH done AS (",
+    "), closed AS (UPDATE attempts SET status = 'succeeded', ended_at = done.finished_at FROM done \
+     WHERE attempts.run_id = done.run_id AND attempts.step_id = done.step_id AND attempts.attempt = done.attempt) \
+     SELECT run_id, step_id, child_count FROM done",
+);
 
 /// Marks a step succeeded under its lease (fenced like every report) and closes its attempt. Index: both PKs.
 const SUCCEED: &str = "WITH done AS (UPDATE steps SET status = 'succeeded', output = $5, error = NULL, \
@@ -88,40 +96,7 @@ impl DialectTx for Transaction<'_, Postgres> {
     }
 
     async fn succeed_many(&mut self, done: &[(&Lease, &str)], now: i64) -> StoreResult<Vec<(String, String, i64)>> {
-        let mut succeeded = Vec::with_capacity(done.len());
-        // 5 binds per row: 1000 rows stay far under the parameter limit.
-        for chunk in done.chunks(1000) {
-            let mut q = QueryBuilder::<Postgres>::new("WITH v (run_id, step_id, attempt, owner, output) AS (");
-            q.push_values(chunk, |mut b, (lease, output)| {
-                b.push_bind(lease.run_id.as_str())
-                    .push_bind(lease.step_id.as_str())
-                    .push_bind(i64::from(lease.attempt))
-                    .push_bind(lease.worker_id.as_str())
-                    .push_bind(*output);
-            });
-            q.push(
-                "), done AS (UPDATE steps SET status = 'succeeded', output = v.output, error = NULL, lease_id = NULL, \
-                 lease_owner = NULL, lease_expires_at = NULL, finished_at = ",
-            )
-            .push_bind(now)
-            .push(", updated_at = ")
-            .push_bind(now)
-            .push(
-                " FROM v WHERE steps.run_id = v.run_id AND steps.step_id = v.step_id AND steps.attempt = v.attempt \
-                     AND steps.status = 'running' AND steps.lease_owner = v.owner \
-                     RETURNING steps.run_id, steps.step_id, steps.attempt, steps.child_count), \
-                     closed AS (UPDATE attempts SET status = 'succeeded', ended_at = ",
-            )
-            .push_bind(now)
-            .push(
-                " FROM done WHERE attempts.run_id = done.run_id AND attempts.step_id = done.step_id \
-                     AND attempts.attempt = done.attempt) SELECT run_id, step_id, child_count FROM done",
-            );
-            // The text varies with the row count: not worth a prepared statement per batch size.
-            let query = q.build_query_as::<(String, String, i64)>().persistent(false);
-            succeeded.extend(query.fetch_all(&mut **self).await?);
-        }
-        Ok(succeeded)
+        self.steps_succeed(done, now, Some(SUCCEED_MANY)).await
     }
 
     async fn heartbeat(

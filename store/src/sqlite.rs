@@ -87,7 +87,7 @@ impl DialectTx for Transaction<'_, Sqlite> {
     }
 
     async fn succeed_many(&mut self, done: &[(&Lease, &str)], now: i64) -> StoreResult<Vec<(String, String, i64)>> {
-        let succeeded = self.steps_succeed(done, now).await?;
+        let succeeded = self.steps_succeed(done, now, None).await?;
         let current: HashSet<(&str, &str)> =
             succeeded.iter().map(|(run, step, _)| (run.as_str(), step.as_str())).collect();
         let closed: Vec<&Lease> = done

@@ -70,11 +70,15 @@ pub(crate) trait StepTx: Send {
     ) -> impl Future<Output = StoreResult<Option<i64>>> + Send;
     /// [`StepTx::step_succeed`] for many leases in one statement (`UPDATE … FROM (VALUES …)`): returns
     /// `(run_id, step_id, child_count)` of the steps whose lease was current, in no particular order. The leases
-    /// must name distinct steps (a step twice would be updated once, by either row).
+    /// must name distinct steps (a step twice would be updated once, by either row). `around`: text put before
+    /// and after the update, for a dialect that wraps it in a data-modifying `WITH`; the update returns
+    /// `run_id, step_id, child_count, attempt, finished_at` of the steps it changed, and the wrapped statement
+    /// must return the first three.
     fn steps_succeed(
         &mut self,
         done: &[(&Lease, &str)],
         now: i64,
+        around: Option<(&'static str, &'static str)>,
     ) -> impl Future<Output = StoreResult<Vec<(String, String, i64)>>> + Send;
     /// Closes the attempts of steps that just succeeded, in one statement.
     fn attempts_succeed(&mut self, leases: &[&Lease], now: i64) -> impl Future<Output = StoreResult<()>> + Send;
@@ -387,11 +391,14 @@ macro_rules! impl_step_tx {
                 &mut self,
                 done: &[(&$crate::model::Lease, &str)],
                 now: i64,
+                around: Option<(&'static str, &'static str)>,
             ) -> $crate::error::StoreResult<Vec<(String, String, i64)>> {
+                let (before, after) = around.unwrap_or(("", ""));
                 let mut succeeded = Vec::with_capacity(done.len());
                 // 5 binds per row: 1000 rows stay far under either database's parameter limit.
                 for chunk in done.chunks(1000) {
-                    let mut q = sqlx::QueryBuilder::<$db>::new(
+                    let mut q = sqlx::QueryBuilder::<$db>::new(before);
+                    q.push(
                         "UPDATE steps SET status = 'succeeded', output = v.column5, error = NULL, lease_id = NULL, \
                          lease_owner = NULL, lease_expires_at = NULL, finished_at = ",
                     );
@@ -406,8 +413,9 @@ macro_rules! impl_step_tx {
                     q.push(
                         ") AS v WHERE steps.run_id = v.column1 AND steps.step_id = v.column2 \
                          AND steps.attempt = v.column3 AND steps.status = 'running' AND steps.lease_owner = v.column4 \
-                         RETURNING steps.run_id, steps.step_id, steps.child_count",
+                         RETURNING steps.run_id, steps.step_id, steps.child_count, steps.attempt, steps.finished_at",
                     );
+                    q.push(after);
                     // The text varies with the row count: not worth a prepared statement per batch size.
                     let query = q.build_query_as::<(String, String, i64)>().persistent(false);
                     succeeded.extend(query.fetch_all(&mut **self).await?);

@@ -13,8 +13,9 @@ use cairn_core::clock::ManualClock;
 use cairn_proto::v1::worker_service_client::WorkerServiceClient;
 use cairn_proto::v1::{Attempt, CompleteRequest, FailRequest, Failure, PollRequest, ReportOutcome};
 use cairn_tests::http::{HttpApp, step};
-use cairn_tests::{TestApp, backends};
-use serde_json::json;
+use cairn_tests::{Backend, TestApp, backends};
+use serde_json::{Value, json};
+use tonic::transport::Channel;
 
 const START: &str = "2027-03-14T12:00:00Z";
 const WORKER_ACTIONS: &[&str] = &["noop"];
@@ -148,23 +149,32 @@ async fn a_completion_that_asks_for_its_slots_next_attempt_gets_the_dependent_it
     }
 }
 
+/// An orchestrator over `backend` with `plan` submitted, a gRPC client for worker `w1`, and the first poll's
+/// attempts (at most one).
+async fn one_worker(backend: Backend, plan: Value) -> (HttpApp, String, WorkerServiceClient<Channel>, Vec<Attempt>) {
+    let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+    let run = app.submit(plan).await;
+    let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
+    let attempts = worker.poll(first_poll()).await.unwrap().into_inner().attempts;
+    (app, run, worker, attempts)
+}
+
+fn first_poll() -> PollRequest {
+    PollRequest { worker_id: "w1".into(), actions: actions(), max_attempts: 1, wait_ms: 1000 }
+}
+
 /// A worker resends a `Complete` when its answer was lost on the way. The attempts that answer handed out are
 /// leased to the worker, which never saw them: the resend gets the same answer and attempts, so a
 /// non-idempotent step is neither run twice nor left to lease expiry (`outcome_unknown`).
 #[tokio::test]
 async fn a_resent_completion_gets_the_attempts_its_lost_answer_handed_out() {
     for backend in backends() {
-        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let run = app
-            .submit(json!({"steps":[
-                {"id":"a","action":"noop","args":{}},
-                {"id":"b","action":"noop","args":{},"depends_on":["a"],"idempotent":false},
-                {"id":"c","action":"noop","args":{},"depends_on":["b"]}
-            ]}))
-            .await;
-        let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
-        let poll = PollRequest { worker_id: "w1".into(), actions: actions(), max_attempts: 1, wait_ms: 1000 };
-        let a = worker.poll(poll).await.unwrap().into_inner().attempts;
+        let plan = json!({"steps":[
+            {"id":"a","action":"noop","args":{}},
+            {"id":"b","action":"noop","args":{},"depends_on":["a"],"idempotent":false},
+            {"id":"c","action":"noop","args":{},"depends_on":["b"]}
+        ]});
+        let (app, run, mut worker, a) = one_worker(backend, plan).await;
         let lost = worker.complete(completion(&a[0], 1)).await.unwrap().into_inner();
         assert_eq!(step_ids(&lost.next), ["b"], "{backend:?}");
 
@@ -191,14 +201,9 @@ async fn a_resent_completion_gets_the_attempts_its_lost_answer_handed_out() {
 #[tokio::test]
 async fn an_attempt_returned_unstarted_does_not_count_against_max_attempts() {
     for backend in backends() {
-        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let run = app
-            .submit(json!({"steps":[{"id":"a","action":"noop","args":{},"idempotent":false,
-                "retry":{"max_attempts":1}}]}))
-            .await;
-        let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
-        let poll = PollRequest { worker_id: "w1".into(), actions: actions(), max_attempts: 1, wait_ms: 1000 };
-        let first = worker.poll(poll.clone()).await.unwrap().into_inner().attempts;
+        let plan = json!({"steps":[{"id":"a","action":"noop","args":{},"idempotent":false,
+            "retry":{"max_attempts":1}}]});
+        let (app, run, mut worker, first) = one_worker(backend, plan).await;
         assert_eq!(step_ids(&first), ["a"], "{backend:?}");
         let failure = Failure {
             code: "worker_shutdown".into(),
@@ -219,7 +224,7 @@ async fn an_attempt_returned_unstarted_does_not_count_against_max_attempts() {
         assert_eq!(step(&app.run(&run).await, "a")["status"], "ready", "{backend:?}: ready again at once");
         let again = worker.fail(returned).await.unwrap().into_inner();
         assert_eq!(again.outcome(), ReportOutcome::Stale, "{backend:?}: a repeated return changes nothing");
-        let second = worker.poll(poll).await.unwrap().into_inner().attempts;
+        let second = worker.poll(first_poll()).await.unwrap().into_inner().attempts;
         assert_eq!(second[0].lease.as_ref().unwrap().attempt, 1, "{backend:?}: the attempt was not counted");
         let done = worker.complete(completion(&second[0], 0)).await.unwrap().into_inner();
         assert_eq!(done.outcome(), ReportOutcome::Succeeded, "{backend:?}");
@@ -234,16 +239,11 @@ async fn an_attempt_returned_unstarted_does_not_count_against_max_attempts() {
 #[tokio::test]
 async fn a_resent_completion_leaves_out_attempts_whose_lease_ended() {
     for backend in backends() {
-        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let run = app
-            .submit(json!({"steps":[
-                {"id":"a","action":"noop","args":{}},
-                {"id":"b","action":"noop","args":{},"depends_on":["a"],"idempotent":false}
-            ]}))
-            .await;
-        let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
-        let poll = PollRequest { worker_id: "w1".into(), actions: actions(), max_attempts: 1, wait_ms: 1000 };
-        let a = worker.poll(poll).await.unwrap().into_inner().attempts;
+        let plan = json!({"steps":[
+            {"id":"a","action":"noop","args":{}},
+            {"id":"b","action":"noop","args":{},"depends_on":["a"],"idempotent":false}
+        ]});
+        let (app, run, mut worker, a) = one_worker(backend, plan).await;
         let lost = worker.complete(completion(&a[0], 1)).await.unwrap().into_inner();
         assert_eq!(step_ids(&lost.next), ["b"], "{backend:?}");
         let (status, _) = app.post(&format!("/v1/runs/{run}:cancel"), &json!({})).await;

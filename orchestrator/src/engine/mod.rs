@@ -196,18 +196,25 @@ impl Engine {
         if claimed.is_empty() {
             return;
         }
-        for c in &claimed {
-            self.inner.spans.closed(&c.lease, "undelivered", None);
-        }
         let leases: Vec<Lease> = claimed.into_iter().map(|c| c.lease).collect();
-        match self.inner.store.unclaim(&leases, reason, self.now_ms()).await {
-            Ok(undone) => {
-                tracing::info!(undone, "claims that never reached a worker were given back");
-                self.wake();
-            }
+        match self.undo_claims(&leases, "undelivered", reason).await {
+            Ok(undone) => tracing::info!(undone, "claims that never reached a worker were given back"),
             Err(e) => tracing::warn!(error = %e, "claims that never reached a worker could not be given back; \
                 their leases will expire"),
         }
+    }
+
+    /// Undoes the claims of attempts that never started (store `unclaim`), closes their spans with `outcome`,
+    /// and wakes polls when a step became ready again. Returns how many were undone.
+    async fn undo_claims(&self, leases: &[Lease], outcome: &str, reason: &str) -> StoreResult<usize> {
+        let undone = self.inner.store.unclaim(leases, reason, self.now_ms()).await?;
+        for lease in leases {
+            self.inner.spans.closed(lease, outcome, None);
+        }
+        if undone > 0 {
+            self.wake();
+        }
+        Ok(undone)
     }
 
     /// Like [`Engine::claim`], but waits up to `max_wait` (real time) for work. A claim that finds nothing
@@ -284,15 +291,13 @@ impl Engine {
     /// # Errors
     /// Store errors (retryable: the worker resends).
     pub async fn return_unstarted(&self, lease: &Lease) -> StoreResult<Report> {
-        let reason = "returned unstarted by the worker";
-        let undone = self.inner.store.unclaim(std::slice::from_ref(lease), reason, self.now_ms()).await?;
+        let undone =
+            self.undo_claims(std::slice::from_ref(lease), "returned", "returned unstarted by the worker").await?;
         if undone == 0 {
             return Ok(Report::Stale);
         }
-        self.inner.spans.closed(lease, "returned", None);
         tracing::info!(run_id = %lease.run_id, step_id = %lease.step_id, attempt = lease.attempt,
             "an attempt returned unstarted was given back");
-        self.wake();
         Ok(Report::RetryScheduled)
     }
 
