@@ -6,7 +6,8 @@
 //! (`at_ms` timestamps written by the orchestrator, millisecond resolution), prints them and kills the processes.
 //!
 //! Scenarios:
-//! - `chain`: a run of 20 sequential `noop` steps, 20 times. A step's cycle is `step_started(dependent)` −
+//! - `chain`: a run of 20 sequential `noop` steps, 20 times (the run's events are read every 25 ms, not
+//!   continuously: on SQLite every read takes the connection the steps' transactions need). A step's cycle is `step_started(dependent)` −
 //!   `step_started(dependency)`: the dependency's execution, its report and commit, and the dependent's dispatch,
 //!   so it is an upper bound on the overhead and comparable with peers' "time per step in a chain".
 //!   `per_step_ms_median` is the median over runs of each run's mean cycle ((last start − first start) / 19,
@@ -29,6 +30,10 @@
 //!
 //! `--json` prints one JSON object per line per scenario. A PostgreSQL database given with `--db` should be fresh
 //! (the orchestrator migrates it; runs accumulate in it).
+//!
+//! The processes' logs (`serve.err`, `worker-N.err`, honouring `RUST_LOG`) and the temporary SQLite file are
+//! removed after a successful run, kept after a failed one, and kept always when `CAIRN_BENCH_KEEP` is set (to
+//! read, for example, `RUST_LOG=sqlx::query=debug` statement timings).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -197,7 +202,8 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
         print_figures(&figures, args.json);
     }
-    procs.keep_dir = false;
+    // Kept on request, e.g. to read statement timings (`RUST_LOG=sqlx::query=debug`).
+    procs.keep_dir = std::env::var_os("CAIRN_BENCH_KEEP").is_some();
     Ok(ExitCode::SUCCESS)
 }
 

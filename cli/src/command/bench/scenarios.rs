@@ -26,7 +26,7 @@ pub(super) async fn chain(client: &Client) -> anyhow::Result<Value> {
     for _ in 0..CHAIN_RUNS {
         let steps = ids.iter().enumerate().map(|(i, id)| noop(id, &ids[i.saturating_sub(1)..i])).collect::<Vec<_>>();
         let (run_id, _) = submit(client, "bench: chain", steps).await?;
-        let timeline = Timeline::follow(client, &run_id, Duration::from_millis(5)).await?;
+        let timeline = Timeline::follow(client, &run_id, Duration::from_millis(25)).await?;
         let first = timeline.get("step_started", &ids[0])?;
         let last = timeline.get("step_started", &ids[CHAIN_LEN - 1])?;
         run_means.push((last - first) as f64 / (CHAIN_LEN - 1) as f64);

@@ -7,20 +7,24 @@ use anyhow::{Context, bail};
 
 use crate::client::Client;
 
+/// Most events read per request.
+const PAGE: usize = 10_000;
+
 /// First `at_ms` of each (kind, step) in a run's history (`""` as the step of run events).
 pub(super) struct Timeline {
     at: HashMap<(String, String), i64>,
 }
 
 impl Timeline {
-    /// Follows the run's events until it finished (reading each event once, so following a 10,000-step run
-    /// costs the orchestrator little); fails unless the run succeeded.
+    /// Follows the run's events until it finished, reading each event once and pausing `every` after each page
+    /// that was not full (so following a run costs the orchestrator little: the reads share SQLite's one
+    /// connection with the steps being measured); fails unless the run succeeded.
     pub(super) async fn follow(client: &Client, run_id: &str, every: Duration) -> anyhow::Result<Self> {
         let deadline = Instant::now() + Duration::from_secs(600);
         let mut at = HashMap::new();
         let mut after = 0_i64;
         loop {
-            let page = client.get(&format!("/v1/runs/{run_id}/events?after={after}&limit=10000")).await?;
+            let page = client.get(&format!("/v1/runs/{run_id}/events?after={after}&limit={PAGE}")).await?;
             let events = page["events"].as_array().context("events answered without `events`")?;
             for e in events {
                 after = after.max(e["id"].as_i64().unwrap_or(after));
@@ -36,7 +40,7 @@ impl Timeline {
             if Instant::now() > deadline {
                 bail!("run {run_id} did not finish within 600 s");
             }
-            if events.is_empty() {
+            if events.len() < PAGE {
                 tokio::time::sleep(every).await;
             }
         }
