@@ -16,7 +16,7 @@ use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
 use crate::rows::{ClaimedRow, LeasedRow};
 use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
-impl_step_tx!(Postgres);
+impl_step_tx!(Postgres, release: (crate::sql::RELEASE_POSTGRES, <[&str]>::to_vec));
 crate::runs_tx::impl_runs_tx!(Postgres);
 
 /// Leases due ready steps, inserts their attempt rows and marks the runs they start running: one statement;
@@ -61,12 +61,16 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
      WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $7 \
      RETURNING lease_expires_at";
 
-/// How write transactions begin: in the same round trip, bitmap scans are turned off until the transaction
-/// ends. The claim must walk `steps_ready_idx` in `available_at` order and stop at `LIMIT`; right after a large
-/// submission the statistics still say almost no step is ready, and the planner then prefers a bitmap scan that
-/// reads every ready row and sorts them: 3–5 ms per claim at 10,000 ready steps instead of 0.3 ms (measured with
-/// EXPLAIN ANALYZE). Bitmap scans buy nothing for the point and key lookups of a write transaction.
-const BEGIN: &str = "BEGIN; SET LOCAL enable_bitmapscan = off";
+/// How write transactions begin: in the same round trip, bitmap scans and sequential scans are turned off
+/// until the transaction ends. A write transaction reads and locks rows by key, and the planner's statistics
+/// can make it forget that: the claim must walk `steps_ready_idx` in `available_at` order and stop at `LIMIT`,
+/// but right after a large submission the statistics still say almost no step is ready, and the planner then
+/// preferred a bitmap scan that read every ready row and sorted them (3–5 ms per claim at 10,000 ready steps
+/// instead of 0.3 ms, measured with EXPLAIN ANALYZE); and a prepared statement's generic plan, made while the
+/// tables were small, scanned `steps` whole and stayed so as they grew (several ms per release). With both off
+/// the planner takes an index whenever one applies (a statement no index serves still scans: the settings only
+/// make those plans look expensive), so the write statements can be prepared once per connection.
+const BEGIN: &str = "BEGIN; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off";
 
 /// Running steps with an expired lease, locked so two reapers split the work. Index: `steps_lease_idx`.
 const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, \

@@ -40,6 +40,9 @@ pub(crate) struct ChildRow {
     pub when_expr: Option<String>,
     pub approval: Option<String>,
     pub not_before_at: Option<i64>,
+    /// Its status after the release (`ready` when the release decided it, see `StepTx::children_release`).
+    pub status: String,
+    pub available_at: Option<i64>,
 }
 
 /// Status and output of one step (for `when` and placeholder resolution).

@@ -60,6 +60,40 @@ pub(crate) const ATTEMPT_CLOSE: &str = "UPDATE attempts SET status = $4, ended_a
 pub(crate) const PARENT_STATUSES: &str = "SELECT s.status FROM step_edges e JOIN steps s \
      ON s.run_id = e.run_id AND s.step_id = e.parent WHERE e.run_id = $1 AND e.child = $2";
 
+/// The release statement with `$parents`, the dialect's test that `parent` is one of `$2`. Binds: `$1` run
+/// id, `$2` the parents, `$3` `now` when every parent succeeded (else NULL). Decrements each dependent by how
+/// many of the parents it depends on and, with `$3`, makes ready a dependent that has nothing else to decide
+/// (see `StepTx::children_release`). `MATERIALIZED`: the counts are computed once; inlined, with no statistics
+/// yet (a new database, a large first submission), PostgreSQL joined every step of the run to the aggregate
+/// and ran it once per step (4–13 ms per release in a 200-step run, against 0.5 ms). Locks each dependent row.
+/// Index: `step_edges` PK (run_id, parent), then `steps` PK.
+macro_rules! release {
+    ($parents:literal) => {
+        concat!(
+            "WITH d AS MATERIALIZED (SELECT child, COUNT(*) AS n FROM step_edges WHERE run_id = $1 AND ",
+            $parents,
+            " GROUP BY child) UPDATE steps SET pending_deps = steps.pending_deps - d.n, \
+             status = CASE WHEN ", release!(@ready), " THEN 'ready' ELSE steps.status END, \
+             available_at = CASE WHEN ", release!(@ready), " THEN CASE WHEN steps.not_before_at > $3 \
+               THEN steps.not_before_at ELSE $3 END ELSE steps.available_at END, \
+             updated_at = CASE WHEN ", release!(@ready), " THEN $3 ELSE steps.updated_at END \
+             FROM d WHERE steps.run_id = $1 AND steps.step_id = d.child \
+             RETURNING steps.step_id, steps.dep_count, steps.pending_deps, steps.trigger_rule, steps.when_expr, \
+             steps.approval, steps.not_before_at, steps.status, steps.available_at"
+        )
+    };
+    (@ready) => {
+        "$3 IS NOT NULL AND steps.status = 'pending' AND steps.pending_deps = d.n AND steps.dep_count = d.n \
+         AND steps.when_expr IS NULL AND steps.approval IS NULL"
+    };
+}
+
+/// [`release!`] for SQLite: the parents as a JSON array of ids.
+pub(crate) const RELEASE_SQLITE: &str = release!("parent IN (SELECT value FROM json_each($2))");
+
+/// [`release!`] for PostgreSQL: the parents as a `TEXT[]`.
+pub(crate) const RELEASE_POSTGRES: &str = release!("parent = ANY($2)");
+
 /// Decide a pending step: ready (with `available_at`), skipped, failed or waiting_approval. Fenced on pending.
 pub(crate) const STEP_DECIDE: &str = "UPDATE steps SET status = $3, available_at = $4, error = $5, \
      finished_at = $6, updated_at = $7 WHERE run_id = $1 AND step_id = $2 AND status = 'pending'";

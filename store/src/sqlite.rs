@@ -17,7 +17,9 @@ use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
 use crate::rows::{AttemptClose, ClaimedRow, LeasedRow};
 use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
-impl_step_tx!(Sqlite);
+impl_step_tx!(Sqlite, release: (crate::sql::RELEASE_SQLITE, |parents: &[&str]| {
+    serde_json::Value::from(parents.to_vec()).to_string()
+}));
 crate::runs_tx::impl_runs_tx!(Sqlite);
 
 /// Leases due ready steps in one `UPDATE … RETURNING` (SQLite has one writer, so no row can be taken twice).

@@ -98,13 +98,20 @@ pub(crate) trait StepTx: Send {
         now: i64,
     ) -> impl Future<Output = StoreResult<()>> + Send;
     /// Decrements the pending-dependency count of every dependent of `parents` (by how many of them it depends
-    /// on) and returns the dependents' rows with their new counts, in no particular order. Locks each dependent
-    /// row, so parents finishing at once in concurrent transactions serialise on a shared child and exactly one
-    /// sees 0. Index: `step_edges` PK (run_id, parent), then `steps` PK.
+    /// on) and returns the dependents' rows with their new counts and statuses, in no particular order. Locks
+    /// each dependent row, so parents finishing at once in concurrent transactions serialise on a shared child
+    /// and exactly one sees 0. Index: `step_edges` PK (run_id, parent), then `steps` PK.
+    ///
+    /// `succeeded_at`: `Some(now)` when every one of `parents` succeeded. A dependent that then has nothing left
+    /// to decide is made ready in the same statement (status `ready`, `available_at` = its `not_before` or
+    /// `now`, whichever is later): it was pending, all its dependencies are among `parents` (so all succeeded,
+    /// which lets every trigger rule run), and it has no `when` and no approval. That is the decision
+    /// [`crate::flow::settle`] would take, without a statement of its own (a chain step's dependent).
     fn children_release(
         &mut self,
         run_id: &str,
         parents: &[&str],
+        succeeded_at: Option<i64>,
     ) -> impl Future<Output = StoreResult<Vec<ChildRow>>> + Send;
     fn parent_statuses(&mut self, run_id: &str, child: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
     fn step_state(&mut self, run_id: &str, step_id: &str)
@@ -200,7 +207,7 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
 
 /// Implements [`StepTx`] for `sqlx::Transaction<'_, $db>` with the shared SQL.
 macro_rules! impl_step_tx {
-    ($db:ty) => {
+    ($db:ty, release: ($release_sql:expr, $release_parents:expr)) => {
         impl $crate::tx::StepTx for sqlx::Transaction<'_, $db> {
             async fn run_by_key(&mut self, key: &str) -> $crate::error::StoreResult<Option<(String, String, String)>> {
                 Ok(sqlx::query_as::<$db, (String, String, String)>($crate::sql::RUN_BY_KEY)
@@ -511,41 +518,20 @@ macro_rules! impl_step_tx {
                 &mut self,
                 run_id: &str,
                 parents: &[&str],
+                succeeded_at: Option<i64>,
             ) -> $crate::error::StoreResult<Vec<$crate::rows::ChildRow>> {
-                let mut released = Vec::new();
-                // One bind per parent: 1000 stay far under either database's parameter limit. A dependent of
-                // parents in two chunks is returned twice; only its last row can show 0.
-                for chunk in parents.chunks(1000) {
-                    // `MATERIALIZED`: the counts are computed once. Inlined, with no statistics yet (a new
-                    // database, a large first submission) PostgreSQL joined every step of the run to the
-                    // aggregate and ran it once per step: 4–13 ms per release in a 200-step run, against 0.5 ms.
-                    let mut q = sqlx::QueryBuilder::<$db>::new(
-                        "WITH d AS MATERIALIZED (SELECT child, COUNT(*) AS n FROM step_edges WHERE run_id = ",
-                    );
-                    q.push_bind(run_id).push(" AND parent IN (");
-                    let mut list = q.separated(", ");
-                    for parent in chunk {
-                        list.push_bind(*parent);
-                    }
-                    q.push(") GROUP BY child) UPDATE steps SET pending_deps = steps.pending_deps - d.n FROM d \
-                         WHERE steps.run_id = ")
-                        .push_bind(run_id)
-                        .push(
-                            " AND steps.step_id = d.child RETURNING steps.step_id, steps.dep_count, \
-                             steps.pending_deps, steps.trigger_rule, steps.when_expr, steps.approval, \
-                             steps.not_before_at",
-                        );
-                    // Not kept as a prepared statement: its text varies with the number of parents, and a
-                    // prepared statement switches to a generic plan after five runs; one chosen while the tables
-                    // were small (a sequential scan of `steps`) stayed as they grew, slowing every release from
-                    // well under a millisecond to several.
-                    let query = q.build_query_as::<$crate::rows::ChildRow>().persistent(false);
-                    released.extend(query.fetch_all(&mut **self).await?);
-                }
-                Ok(released)
+                // One text whatever the number of parents, so it is prepared once per connection. PostgreSQL
+                // keeps a generic plan after five runs; the transaction's settings (see `postgres::BEGIN`) keep
+                // that plan on the keys, whatever the statistics said when it was made.
+                Ok(sqlx::query_as::<$db, $crate::rows::ChildRow>($release_sql)
+                    .bind(run_id)
+                    .bind(($release_parents)(parents))
+                    .bind(succeeded_at)
+                    .fetch_all(&mut **self)
+                    .await?)
             }
             async fn parent_statuses(&mut self, run_id: &str, child: &str) -> $crate::error::StoreResult<Vec<String>> {
-                // Not prepared: see `children_release`.
+                // Not prepared: a generic plan chosen while the tables were small could scan them all.
                 Ok(sqlx::query_scalar::<$db, String>($crate::sql::PARENT_STATUSES)
                     .persistent(false)
                     .bind(run_id)

@@ -64,6 +64,11 @@ pub(crate) async fn decide<T: StepTx>(
     let mut input: Option<Value> = None;
     let mut finals = Vec::new();
     for c in candidates {
+        if c.status == "ready" {
+            // Decided by the release statement itself (see `StepTx::children_release`).
+            events.push(event(run_id, Some(&c.step_id), "step_ready", json!({"available_at": c.available_at}), now));
+            continue;
+        }
         let statuses = match (c.dep_count, parent) {
             (0, _) => Vec::new(),
             (1, Some(status)) => vec![status],
@@ -219,14 +224,20 @@ pub(crate) async fn release<T: StepTx>(
             break;
         }
         let parents: Vec<&str> = level.iter().map(|f| f.step_id.as_str()).collect();
-        let mut ready: Vec<ChildRow> =
-            tx.children_release(run_id, &parents).await?.into_iter().filter(|c| c.pending_deps == 0).collect();
-        // The database returns rows in no particular order; decisions (and their events) follow step ids.
-        ready.sort_by(|a, b| a.step_id.cmp(&b.step_id));
         // A dependent with one dependency depends on one of this level's steps: its status is known without a
-        // read when the whole level shares it.
+        // read when the whole level shares it. When that status is success, the release itself makes ready the
+        // dependents with nothing else to decide.
         let first = level[0].status;
         let shared = level.iter().all(|f| f.status == first).then_some(first).flatten();
+        let succeeded_at = (shared == Some(StepStatus::Succeeded)).then_some(now);
+        let mut ready: Vec<ChildRow> = tx
+            .children_release(run_id, &parents, succeeded_at)
+            .await?
+            .into_iter()
+            .filter(|c| c.pending_deps == 0)
+            .collect();
+        // The database returns rows in no particular order; decisions (and their events) follow step ids.
+        ready.sort_by(|a, b| a.step_id.cmp(&b.step_id));
         let finals = decide(tx, run_id, ready, shared, now, events).await?;
         closed += i64::try_from(finals.len()).unwrap_or(0);
         level = finals;

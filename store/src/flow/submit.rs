@@ -69,6 +69,8 @@ pub(crate) async fn create<T: StepTx>(
             when_expr: r.when_expr.clone(),
             approval: r.approval.clone(),
             not_before_at: r.not_before_at,
+            status: r.status.to_owned(),
+            available_at: None,
         })
         .collect();
     let finals = decide(tx, &run.run_id, roots, None, now, events).await?;

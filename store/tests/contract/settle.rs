@@ -77,6 +77,51 @@ async fn false_when_skips_the_step_and_the_skip_propagates(store: Store) {
     assert_eq!(reason, Some(json!("`when` was false")), "the skip records why");
 }
 
+async fn dependents_of_a_success_are_decided_by_their_own_rules(store: Store) {
+    let doc = json!({"goal": "release", "input": {"go": true}, "steps": [
+        noop("a", &[], json!({})),
+        noop("b", &[], json!({})),
+        noop("plain", &["a"], json!({})),
+        noop("timed", &["a"], json!({})),
+        json!({"id": "gated", "action": "noop", "args": {}, "depends_on": ["a"], "when": "$input.go"}),
+        json!({"id": "approved", "action": "noop", "args": {}, "depends_on": ["a"], "approval": {"required": true}}),
+        json!({"id": "optional", "action": "noop", "args": {}, "depends_on": ["a"], "approval": {"required": false}}),
+        noop("join", &["a", "b"], json!({})),
+    ]});
+    let mut new = new_run("r1", &doc);
+    new.timers[3] = Some((T0 + 5, "in 5 ms".into()));
+    super::support::create(&store, &new).await;
+    let roots = claim(&store, T0 + 1).await;
+    let lease = |id: &str| roots.iter().find(|c| c.lease.step_id == id).map(|c| c.lease.clone()).expect("root claimed");
+    assert_eq!(complete(&store, &lease("a"), &json!({}), T0 + 10).await, Report::Succeeded);
+
+    for (id, expected, available_at) in [
+        ("plain", "ready", Some(T0 + 10)),
+        ("timed", "ready", Some(T0 + 10)),
+        ("gated", "ready", Some(T0 + 10)),
+        ("approved", "waiting_approval", None),
+        ("optional", "ready", Some(T0 + 10)),
+        ("join", "pending", None),
+    ] {
+        let s = step(&store, "r1", id).await;
+        assert_eq!(s.status, expected, "{id} after its dependency `a` succeeded");
+        if available_at.is_some() {
+            assert_eq!(s.available_at_ms, available_at, "{id} is due from the release (a past not_before included)");
+        }
+    }
+    let ready: Vec<(String, serde_json::Value)> = events(&store, "r1")
+        .await
+        .into_iter()
+        .filter(|e| e.kind == "step_ready" && e.at_ms == T0 + 10)
+        .map(|e| (e.step_id.unwrap_or_default(), e.data["available_at"].clone()))
+        .collect();
+    let expected: Vec<(String, serde_json::Value)> =
+        ["gated", "optional", "plain", "timed"].iter().map(|id| ((*id).to_owned(), json!(T0 + 10))).collect();
+    assert_eq!(ready, expected, "one step_ready event per released step, in step-id order, with its due instant");
+    assert_eq!(complete(&store, &lease("b"), &json!({}), T0 + 12).await, Report::Succeeded);
+    assert_eq!(status(&store, "r1", "join").await, "ready", "a join is released by its last dependency");
+}
+
 const CHILDREN: usize = 5_000;
 
 async fn five_thousand_step_fan_out_runs_to_completion(store: Store) {
@@ -115,6 +160,7 @@ async fn five_thousand_step_fan_out_runs_to_completion(store: Store) {
 
 contract_tests!(
     not_before_timer_holds_a_step_until_its_instant,
+    dependents_of_a_success_are_decided_by_their_own_rules,
     false_when_skips_the_step_and_the_skip_propagates,
     five_thousand_step_fan_out_runs_to_completion,
 );
