@@ -13,7 +13,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{ClaimedRow, LeasedRow};
+use crate::rows::{ChildRow, ClaimedRow, LeasedRow, StepSucceeded};
 use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Postgres, release: (crate::sql::RELEASE_POSTGRES, <[&str]>::to_vec));
@@ -45,14 +45,62 @@ const SUCCEED_MANY: (&str, &str) = (
      SELECT run_id, step_id, child_count FROM done",
 );
 
-/// Marks a step succeeded under its lease (fenced like every report) and closes its attempt. Index: both PKs.
-const SUCCEED: &str = "WITH done AS (UPDATE steps SET status = 'succeeded', output = $5, error = NULL, \
+/// Marks a step succeeded under its lease (fenced like every report), closes its attempt, counts the step
+/// against its run (`open_steps` − 1, which locks the run row) and releases its dependents (the shared release
+/// update, `now` in `$6`: the step succeeded, so dependents with nothing else to decide become ready): the
+/// cascade's first level and the run's counter cost no statement of their own. One row per dependent (one
+/// with NULL dependent columns for a step without any); no row when the lease was not current; NULL counters
+/// when the run vanished. Index: the primary keys of steps, attempts, runs and step_edges.
+const SUCCEED: &str = concat!(
+    "WITH done AS (UPDATE steps SET status = 'succeeded', output = $5, error = NULL, \
        lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, finished_at = $6, updated_at = $6 \
        WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $4 \
        RETURNING child_count), \
      closed AS (UPDATE attempts SET status = 'succeeded', ended_at = $6 \
-       WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND EXISTS (SELECT 1 FROM done)) \
-     SELECT child_count FROM done";
+       WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND EXISTS (SELECT 1 FROM done)), \
+     counted AS (UPDATE runs SET open_steps = open_steps - 1, updated_at = $6 \
+       WHERE id = $1 AND EXISTS (SELECT 1 FROM done) RETURNING open_steps, cancel_requested), \
+     d AS (SELECT child, 1 AS n FROM step_edges WHERE run_id = $1 AND parent = $2 AND EXISTS (SELECT 1 FROM done)), \
+     released AS (",
+    crate::sql::release!(@update "$6"),
+    ") SELECT done.child_count, counted.open_steps, counted.cancel_requested, r.step_id, r.dep_count, \
+       r.pending_deps, r.trigger_rule, r.when_expr, r.approval, r.not_before_at, r.status, r.available_at \
+     FROM done LEFT JOIN counted ON true LEFT JOIN released r ON true"
+);
+
+/// A row of [`SUCCEED`].
+#[derive(sqlx::FromRow)]
+struct SucceededRow {
+    child_count: i64,
+    open_steps: Option<i64>,
+    cancel_requested: Option<i64>,
+    step_id: Option<String>,
+    dep_count: Option<i64>,
+    pending_deps: Option<i64>,
+    trigger_rule: Option<String>,
+    when_expr: Option<String>,
+    approval: Option<String>,
+    not_before_at: Option<i64>,
+    status: Option<String>,
+    available_at: Option<i64>,
+}
+
+impl SucceededRow {
+    /// The released dependent of this row, if it names one.
+    fn dependent(self) -> Option<ChildRow> {
+        Some(ChildRow {
+            step_id: self.step_id?,
+            dep_count: self.dep_count?,
+            pending_deps: self.pending_deps?,
+            trigger_rule: self.trigger_rule?,
+            when_expr: self.when_expr,
+            approval: self.approval,
+            not_before_at: self.not_before_at,
+            status: self.status?,
+            available_at: self.available_at,
+        })
+    }
+}
 
 /// Extends a lease, never past the attempt deadline. Locks the step row. Index: `steps` PK.
 const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
@@ -95,8 +143,20 @@ impl DialectTx for Transaction<'_, Postgres> {
             .await?)
     }
 
-    async fn succeed(&mut self, lease: &Lease, output: &str, now: i64) -> StoreResult<Option<i64>> {
-        self.step_succeed(SUCCEED, lease, output, now).await
+    async fn succeed(&mut self, lease: &Lease, output: &str, now: i64) -> StoreResult<Option<StepSucceeded>> {
+        let rows = sqlx::query_as::<Postgres, SucceededRow>(SUCCEED)
+            .bind(&lease.run_id)
+            .bind(&lease.step_id)
+            .bind(i64::from(lease.attempt))
+            .bind(&lease.worker_id)
+            .bind(output)
+            .bind(now)
+            .fetch_all(&mut **self)
+            .await?;
+        let Some(first) = rows.first() else { return Ok(None) };
+        let (child_count, run_counter) = (first.child_count, first.open_steps.zip(first.cancel_requested));
+        let released = rows.into_iter().filter_map(SucceededRow::dependent).collect();
+        Ok(Some(StepSucceeded { child_count, run_counter, released: Some(released) }))
     }
 
     async fn succeed_many(&mut self, done: &[(&Lease, &str)], now: i64) -> StoreResult<Vec<(String, String, i64)>> {

@@ -30,6 +30,19 @@ pub(crate) struct LeasedRow {
     pub heartbeat_timeout_ms: Option<i64>,
 }
 
+/// A step just marked succeeded under its lease (`DialectTx::succeed`).
+#[derive(Debug, Clone)]
+pub(crate) struct StepSucceeded {
+    /// How many steps depend on it.
+    pub child_count: i64,
+    /// `(open_steps, cancel_requested)` of its run after the step was counted against it, when the success
+    /// statement did so; `None` when the caller must count it.
+    pub run_counter: Option<(i64, i64)>,
+    /// Its dependents as the release left them (`StepTx::children_release` with the step succeeded), when the
+    /// success statement released them; `None` when the caller must.
+    pub released: Option<Vec<ChildRow>>,
+}
+
 /// A dependent whose pending-dependency count was just decremented.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct ChildRow {

@@ -72,21 +72,34 @@ macro_rules! release {
         concat!(
             "WITH d AS MATERIALIZED (SELECT child, COUNT(*) AS n FROM step_edges WHERE run_id = $1 AND ",
             $parents,
-            " GROUP BY child) UPDATE steps SET pending_deps = steps.pending_deps - d.n, \
-             status = CASE WHEN ", release!(@ready), " THEN 'ready' ELSE steps.status END, \
-             available_at = CASE WHEN ", release!(@ready), " THEN CASE WHEN steps.not_before_at > $3 \
-               THEN steps.not_before_at ELSE $3 END ELSE steps.available_at END, \
-             updated_at = CASE WHEN ", release!(@ready), " THEN $3 ELSE steps.updated_at END \
+            " GROUP BY child) ",
+            $crate::sql::release!(@update "$3")
+        )
+    };
+    // The update of the dependents listed in `d (child, n)`, with `$now` the parameter holding `now` when every
+    // parent succeeded (else NULL). Shared with PostgreSQL's success statement, which releases in the same
+    // statement.
+    (@update $now:literal) => {
+        concat!(
+            "UPDATE steps SET pending_deps = steps.pending_deps - d.n, \
+             status = CASE WHEN ", $crate::sql::release!(@ready $now), " THEN 'ready' ELSE steps.status END, \
+             available_at = CASE WHEN ", $crate::sql::release!(@ready $now), " THEN CASE WHEN steps.not_before_at > ", $now,
+            " THEN steps.not_before_at ELSE ", $now, " END ELSE steps.available_at END, \
+             updated_at = CASE WHEN ", $crate::sql::release!(@ready $now), " THEN ", $now, " ELSE steps.updated_at END \
              FROM d WHERE steps.run_id = $1 AND steps.step_id = d.child \
              RETURNING steps.step_id, steps.dep_count, steps.pending_deps, steps.trigger_rule, steps.when_expr, \
              steps.approval, steps.not_before_at, steps.status, steps.available_at"
         )
     };
-    (@ready) => {
-        "$3 IS NOT NULL AND steps.status = 'pending' AND steps.pending_deps = d.n AND steps.dep_count = d.n \
-         AND steps.when_expr IS NULL AND steps.approval IS NULL"
+    (@ready $now:literal) => {
+        concat!(
+            $now,
+            " IS NOT NULL AND steps.status = 'pending' AND steps.pending_deps = d.n AND steps.dep_count = d.n \
+             AND steps.when_expr IS NULL AND steps.approval IS NULL"
+        )
     };
 }
+pub(crate) use release;
 
 /// [`release!`] for SQLite: the parents as a JSON array of ids.
 pub(crate) const RELEASE_SQLITE: &str = release!("parent IN (SELECT value FROM json_each($2))");

@@ -14,7 +14,7 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{AttemptClose, ClaimedRow, LeasedRow};
+use crate::rows::{AttemptClose, ClaimedRow, LeasedRow, StepSucceeded};
 use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Sqlite, release: (crate::sql::RELEASE_SQLITE, |parents: &[&str]| {
@@ -80,12 +80,12 @@ impl DialectTx for Transaction<'_, Sqlite> {
         Ok(rows)
     }
 
-    async fn succeed(&mut self, lease: &Lease, output: &str, now: i64) -> StoreResult<Option<i64>> {
-        let Some(child_count) = self.step_succeed(crate::sql::STEP_SUCCEED, lease, output, now).await? else {
+    async fn succeed(&mut self, lease: &Lease, output: &str, now: i64) -> StoreResult<Option<StepSucceeded>> {
+        let Some(child_count) = self.step_succeed(lease, output, now).await? else {
             return Ok(None);
         };
         self.attempt_close(lease, &AttemptClose::SUCCEEDED, now).await?;
-        Ok(Some(child_count))
+        Ok(Some(StepSucceeded { child_count, run_counter: None, released: None }))
     }
 
     async fn succeed_many(&mut self, done: &[(&Lease, &str)], now: i64) -> StoreResult<Vec<(String, String, i64)>> {

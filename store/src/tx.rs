@@ -12,7 +12,7 @@ use std::future::Future;
 
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{AttemptClose, ChildRow, ClaimedRow, EventInsert, LeasedRow, StateRow, StepInsert};
+use crate::rows::{AttemptClose, ChildRow, ClaimedRow, EventInsert, LeasedRow, StateRow, StepInsert, StepSucceeded};
 
 /// Statements shared by both dialects. Every method runs inside the caller's transaction.
 pub(crate) trait StepTx: Send {
@@ -58,12 +58,10 @@ pub(crate) trait StepTx: Send {
         error: Option<&str>,
         now: i64,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
-    /// Runs the fenced success statement `sql` ([`crate::sql::STEP_SUCCEED`], which marks the step row only, or a
-    /// dialect's statement with the same parameters and result that also closes the attempt): `Some(child_count)`
+    /// Runs the fenced success statement [`crate::sql::STEP_SUCCEED`] (the step row only): `Some(child_count)`
     /// when the lease was current and the step is now succeeded.
     fn step_succeed(
         &mut self,
-        sql: &'static str,
         lease: &Lease,
         output: &str,
         now: i64,
@@ -176,15 +174,16 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
         lease_ttl_ms: i64,
         running: &HashSet<&str>,
     ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
-    /// Marks the step under `lease` succeeded with `output`, and its attempt row: `Some(child_count)` when the
-    /// lease was current (fenced by attempt, status and owner), `None` (nothing written) when it was not.
-    /// PostgreSQL: one statement; SQLite: two.
+    /// Marks the step under `lease` succeeded with `output`, and its attempt row: `Some` when the lease was
+    /// current (fenced by attempt, status and owner), `None` (nothing written) when it was not. PostgreSQL: one
+    /// statement, which also counts the step against its run ([`StepSucceeded::run_counter`]); SQLite: two, and
+    /// the run is counted later by the cascade.
     fn succeed(
         &mut self,
         lease: &Lease,
         output: &str,
         now: i64,
-    ) -> impl Future<Output = StoreResult<Option<i64>>> + Send;
+    ) -> impl Future<Output = StoreResult<Option<StepSucceeded>>> + Send;
     /// [`DialectTx::succeed`] for many leases naming distinct steps: returns `(run_id, step_id, child_count)` of
     /// the steps whose lease was current, in no particular order. PostgreSQL: one statement per 1000 leases;
     /// SQLite: two.
@@ -379,12 +378,11 @@ macro_rules! impl_step_tx {
             }
             async fn step_succeed(
                 &mut self,
-                sql: &'static str,
                 lease: &$crate::model::Lease,
                 output: &str,
                 now: i64,
             ) -> $crate::error::StoreResult<Option<i64>> {
-                Ok(sqlx::query_scalar::<$db, i64>(sql)
+                Ok(sqlx::query_scalar::<$db, i64>($crate::sql::STEP_SUCCEED)
                     .bind(&lease.run_id)
                     .bind(&lease.step_id)
                     .bind(i64::from(lease.attempt))

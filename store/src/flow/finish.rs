@@ -9,7 +9,7 @@ use cairn_core::retry::RetryPolicy;
 use cairn_core::state::StepStatus;
 use serde_json::{Value, json};
 
-use super::settle::{Finished, after_final_known};
+use super::settle::{Finished, after_final_known, after_succeeded};
 use super::{event, rfc3339};
 use crate::error::{StoreError, StoreResult};
 use crate::model::Lease;
@@ -67,11 +67,11 @@ pub(crate) async fn complete<T: DialectTx>(
         return fail_row(tx, lease, &row, &failure, 0.0, now, events).await;
     }
     // The usual case reads nothing: the fenced update is the lease check.
-    let Some(child_count) = tx.succeed(lease, &text, now).await? else {
+    let Some(done) = tx.succeed(lease, &text, now).await? else {
         return Ok(Report::Stale);
     };
-    let finished = succeeded(lease, child_count, now, events);
-    after_final_known(tx, &lease.run_id, vec![finished], now, events).await?;
+    let finished = succeeded(lease, done.child_count, now, events);
+    after_succeeded(tx, &lease.run_id, finished, done, now, events).await?;
     Ok(Report::Succeeded)
 }
 

@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 use super::event;
 use crate::error::{StoreError, StoreResult};
-use crate::rows::{ChildRow, EventInsert};
+use crate::rows::{ChildRow, EventInsert, StepSucceeded};
 use crate::runs_tx::RunsTx;
 use crate::tx::StepTx;
 
@@ -215,6 +215,19 @@ pub(crate) async fn release<T: StepTx>(
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<i64> {
+    release_from(tx, run_id, finished, None, now, events).await
+}
+
+/// [`release`], with the first level's dependents already released (`first_level`: the rows
+/// `StepTx::children_release` would have returned for `finished`) when the caller's statement did it.
+async fn release_from<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    finished: Vec<Finished>,
+    mut first_level: Option<Vec<ChildRow>>,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<i64> {
     let mut closed = i64::try_from(finished.len()).unwrap_or(i64::MAX);
     let mut level = finished;
     loop {
@@ -230,12 +243,11 @@ pub(crate) async fn release<T: StepTx>(
         let first = level[0].status;
         let shared = level.iter().all(|f| f.status == first).then_some(first).flatten();
         let succeeded_at = (shared == Some(StepStatus::Succeeded)).then_some(now);
-        let mut ready: Vec<ChildRow> = tx
-            .children_release(run_id, &parents, succeeded_at)
-            .await?
-            .into_iter()
-            .filter(|c| c.pending_deps == 0)
-            .collect();
+        let released = match first_level.take() {
+            Some(rows) => rows,
+            None => tx.children_release(run_id, &parents, succeeded_at).await?,
+        };
+        let mut ready: Vec<ChildRow> = released.into_iter().filter(|c| c.pending_deps == 0).collect();
         // The database returns rows in no particular order; decisions (and their events) follow step ids.
         ready.sort_by(|a, b| a.step_id.cmp(&b.step_id));
         let finals = decide(tx, run_id, ready, shared, now, events).await?;
@@ -243,6 +255,26 @@ pub(crate) async fn release<T: StepTx>(
         level = finals;
     }
     Ok(closed)
+}
+
+/// [`after_final_known`] for one step that just succeeded under its lease, with what the dialect's success
+/// statement already did ([`StepSucceeded`]): when it released the step's dependents, the cascade starts from
+/// those rows; when it counted the step against the run, the run's counter is written again only if the
+/// cascade made more steps final (skips, `when` failures).
+pub(crate) async fn after_succeeded<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    finished: Finished,
+    done: StepSucceeded,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<()> {
+    let closed = release_from(tx, run_id, vec![finished], done.released, now, events).await?;
+    match done.run_counter {
+        Some(counter) if closed == 1 => finish_if_done(tx, run_id, counter, now, events).await,
+        Some(_) => close_run(tx, run_id, closed - 1, now, events).await,
+        None => close_run(tx, run_id, closed, now, events).await,
+    }
 }
 
 /// Subtracts `closed` from the run's open steps and finishes the run at zero.
@@ -253,9 +285,21 @@ async fn close_run<T: StepTx>(
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
-    let Some((open, cancel_requested)) = tx.run_close_steps(run_id, closed, now).await? else {
+    let Some(counter) = tx.run_close_steps(run_id, closed, now).await? else {
         return Err(vanished(run_id));
     };
+    finish_if_done(tx, run_id, counter, now, events).await
+}
+
+/// Finishes the run when its counter (`(open_steps, cancel_requested)`) says no step is open and no cancel is
+/// under way (a cancel finishes the run itself).
+async fn finish_if_done<T: StepTx>(
+    tx: &mut T,
+    run_id: &str,
+    (open, cancel_requested): (i64, i64),
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<()> {
     if open > 0 || cancel_requested != 0 {
         return Ok(());
     }
