@@ -5,7 +5,7 @@
 //! available_at_ms}]}`. `failure` on the run names the root cause: the first failed step, its code, message and
 //! suggestion.
 
-use cairn_store::{Store, StoreResult};
+use cairn_store::{RunDetail, Store, StoreResult};
 use serde_json::{Value, json};
 
 /// The run with its steps, attempts and failure records; `None` when there is no such run.
@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 /// # Errors
 /// Store errors.
 pub async fn run_view(store: &Store, run_id: &str) -> StoreResult<Option<Value>> {
-    let Some(run) = store.run(run_id).await? else { return Ok(None) };
-    let steps = store.steps(run_id).await?;
-    let attempts = store.attempts(run_id).await?;
+    // One snapshot: a report committed between separate reads showed a step `running` next to the failure of
+    // the attempt that had just ended.
+    let Some(RunDetail { run, steps, attempts }) = store.run_detail(run_id).await? else { return Ok(None) };
     let steps: Vec<Value> = steps
         .into_iter()
         .map(|s| {

@@ -174,6 +174,17 @@ pub struct AttemptRecord {
     pub failure: Option<Value>,
 }
 
+/// A run with its steps and attempts, read in one snapshot ([`crate::Store::run_detail`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunDetail {
+    /// The run.
+    pub run: RunSummary,
+    /// Its steps in plan order.
+    pub steps: Vec<StepSummary>,
+    /// Its attempts by step then attempt number.
+    pub attempts: Vec<AttemptRecord>,
+}
+
 /// One report of a batch ([`crate::Store::report_batch`]).
 #[derive(Debug, Clone)]
 pub struct ReportItem {

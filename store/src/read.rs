@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::error::{StoreError, StoreResult};
-use crate::model::{AttemptRecord, RunEvent, RunSummary, StepSummary};
+use crate::model::{AttemptRecord, RunDetail, RunEvent, RunSummary, StepSummary};
 use crate::rows::{AttemptRow, EventRow, RunRow, StepRow};
 use crate::{Store, sql};
 
@@ -42,6 +42,57 @@ fn run_summary(row: RunRow) -> StoreResult<RunSummary> {
     })
 }
 
+/// Reads a run's row, steps and attempts through the transaction `$tx` of database `$db`, then ends it.
+macro_rules! snapshot {
+    ($db:ty, $tx:expr, $run_id:expr) => {{
+        let mut tx = $tx;
+        let run = sqlx::query_as::<$db, RunRow>(sql::RUN_GET).bind($run_id).fetch_optional(&mut *tx).await?;
+        let steps = sqlx::query_as::<$db, StepRow>(sql::STEPS_OF_RUN).bind($run_id).fetch_all(&mut *tx).await?;
+        let attempts =
+            sqlx::query_as::<$db, AttemptRow>(sql::ATTEMPTS_OF_RUN).bind($run_id).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        (run, steps, attempts)
+    }};
+}
+
+fn step_summary(r: StepRow) -> StoreResult<StepSummary> {
+    Ok(StepSummary {
+        id: r.step_id,
+        action: r.action,
+        status: r.status,
+        attempts: u32::try_from(r.attempt).unwrap_or(u32::MAX),
+        output: json_opt("steps.output", r.output)?,
+        error: json_opt("steps.error", r.error)?,
+        available_at_ms: r.available_at,
+        not_before_at_ms: r.not_before_at,
+        not_before_local: r.not_before_local,
+        checkpoint: json_opt("steps.checkpoint", r.checkpoint)?,
+    })
+}
+
+fn attempt_record(run_id: &str, r: AttemptRow) -> StoreResult<AttemptRecord> {
+    let failure = match r.failure_code {
+        None => None,
+        Some(code) => Some(json!({
+            "run_id": run_id, "step_id": r.step_id, "attempt": r.attempt, "action": r.action,
+            "worker_id": r.worker_id, "code": code, "message": r.failure_message,
+            "details": json_opt("attempts.failure_details", r.failure_details)?.unwrap_or(Value::Null),
+            "retryable": r.retryable.map(|v| v != 0), "retry_after_ms": r.retry_after_ms,
+            "suggestion": r.suggestion, "degraded": r.degraded.map(|v| v != 0),
+            "started_at_ms": r.started_at, "ended_at_ms": r.ended_at,
+        })),
+    };
+    Ok(AttemptRecord {
+        step_id: r.step_id,
+        attempt: u32::try_from(r.attempt).unwrap_or(u32::MAX),
+        worker_id: r.worker_id,
+        status: r.status,
+        started_at_ms: r.started_at,
+        ended_at_ms: r.ended_at,
+        failure,
+    })
+}
+
 impl Store {
     /// One run, or `None`.
     ///
@@ -68,22 +119,7 @@ impl Store {
     /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
     pub async fn steps(&self, run_id: &str) -> StoreResult<Vec<StepSummary>> {
         let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, StepRow>(sql::STEPS_OF_RUN).bind(run_id).fetch_all(pool).await?);
-        rows.into_iter()
-            .map(|r| {
-                Ok(StepSummary {
-                    id: r.step_id,
-                    action: r.action,
-                    status: r.status,
-                    attempts: u32::try_from(r.attempt).unwrap_or(u32::MAX),
-                    output: json_opt("steps.output", r.output)?,
-                    error: json_opt("steps.error", r.error)?,
-                    available_at_ms: r.available_at,
-                    not_before_at_ms: r.not_before_at,
-                    not_before_local: r.not_before_local,
-                    checkpoint: json_opt("steps.checkpoint", r.checkpoint)?,
-                })
-            })
-            .collect()
+        rows.into_iter().map(step_summary).collect()
     }
 
     /// Every attempt of a run with its failure record, by step then attempt.
@@ -92,30 +128,34 @@ impl Store {
     /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
     pub async fn attempts(&self, run_id: &str) -> StoreResult<Vec<AttemptRecord>> {
         let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, AttemptRow>(sql::ATTEMPTS_OF_RUN).bind(run_id).fetch_all(pool).await?);
-        rows.into_iter()
-            .map(|r| {
-                let failure = match r.failure_code {
-                    None => None,
-                    Some(code) => Some(json!({
-                        "run_id": run_id, "step_id": r.step_id, "attempt": r.attempt, "action": r.action,
-                        "worker_id": r.worker_id, "code": code, "message": r.failure_message,
-                        "details": json_opt("attempts.failure_details", r.failure_details)?.unwrap_or(Value::Null),
-                        "retryable": r.retryable.map(|v| v != 0), "retry_after_ms": r.retry_after_ms,
-                        "suggestion": r.suggestion, "degraded": r.degraded.map(|v| v != 0),
-                        "started_at_ms": r.started_at, "ended_at_ms": r.ended_at,
-                    })),
-                };
-                Ok(AttemptRecord {
-                    step_id: r.step_id,
-                    attempt: u32::try_from(r.attempt).unwrap_or(u32::MAX),
-                    worker_id: r.worker_id,
-                    status: r.status,
-                    started_at_ms: r.started_at,
-                    ended_at_ms: r.ended_at,
-                    failure,
-                })
-            })
-            .collect()
+        rows.into_iter().map(|r| attempt_record(run_id, r)).collect()
+    }
+
+    /// A run with its steps and attempts ([`Store::run`], [`Store::steps`], [`Store::attempts`]) read in one
+    /// snapshot, so a report committed meanwhile shows entirely or not at all (read one by one, a step could
+    /// show `running` next to the failure record of the attempt that had just failed). `None` when there is no
+    /// such run. PostgreSQL: a `REPEATABLE READ, READ ONLY` transaction; SQLite: a read transaction on the one
+    /// connection.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
+    pub async fn run_detail(&self, run_id: &str) -> StoreResult<Option<RunDetail>> {
+        let (run, steps, attempts) = match self {
+            Store::Sqlite(pool) => snapshot!(sqlx::Sqlite, pool.begin().await?, run_id),
+            Store::Postgres(pool) => {
+                snapshot!(
+                    sqlx::Postgres,
+                    pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?,
+                    run_id
+                )
+            }
+        };
+        let Some(run) = run else { return Ok(None) };
+        Ok(Some(RunDetail {
+            run: run_summary(run)?,
+            steps: steps.into_iter().map(step_summary).collect::<StoreResult<_>>()?,
+            attempts: attempts.into_iter().map(|r| attempt_record(run_id, r)).collect::<StoreResult<_>>()?,
+        }))
     }
 
     /// Up to `limit` events of a run with a sequence number above `after`, oldest first.

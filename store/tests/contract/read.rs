@@ -3,7 +3,7 @@
 use cairn_store::Store;
 use serde_json::json;
 
-use super::support::{T0, claim, execute_sql, new_run, noop, run, status, steps};
+use super::support::{T0, action_error, claim, claim_one, execute_sql, new_run, noop, run, status, steps, submit};
 
 fn two_steps() -> serde_json::Value {
     steps(vec![noop("a", &[], json!({})), noop("b", &["a"], json!({}))])
@@ -111,7 +111,46 @@ async fn events_page_by_id_without_gaps_or_repeats(store: Store) {
     assert!(other.iter().all(|e| all.iter().all(|a| a.id != e.id)), "a run's history holds only its own events");
 }
 
+/// While a worker keeps failing and retrying a step, every `run_detail` shows one consistent moment: a `running`
+/// step's current attempt has no failure yet, and every earlier attempt has one.
+async fn run_detail_reads_one_snapshot_while_reports_commit(store: Store) {
+    const ATTEMPTS: i64 = 60;
+    let retry = json!({"max_attempts": ATTEMPTS, "initial_interval_ms": 1, "backoff_coefficient": 1.0,
+        "max_interval_ms": 1, "jitter": "none"});
+    submit(&store, "r1", &steps(vec![json!({"id": "flaky", "action": "noop", "args": {}, "retry": retry})])).await;
+    let worker = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for i in 0..ATTEMPTS {
+                let now = T0 + i * 10;
+                let lease = claim_one(&store, now).await.lease;
+                store.fail(&lease, &action_error("flaky"), 0.5, now + 1).await.expect("the failure is recorded");
+            }
+        })
+    };
+    let mut reads = 0;
+    while !worker.is_finished() {
+        let detail = store.run_detail("r1").await.expect("run_detail").expect("the run exists");
+        let step = &detail.steps[0];
+        let failed = detail.attempts.iter().filter(|a| a.failure.is_some()).count();
+        let finished = if step.status == "running" { step.attempts - 1 } else { step.attempts };
+        assert_eq!(
+            failed,
+            finished as usize,
+            "read {reads}: step {} at attempt {} with {failed} failure records",
+            step.status,
+            step.attempts
+        );
+        reads += 1;
+        tokio::task::yield_now().await;
+    }
+    worker.await.expect("the worker task");
+    assert!(reads > 0, "the reader read while the worker reported");
+    assert_eq!(run(&store, "r1").await.status, "failed", "the retries ran out");
+}
+
 contract_tests!(
+    run_detail_reads_one_snapshot_while_reports_commit,
     integrity_check_fails_a_run_with_a_missing_step_row,
     integrity_check_finds_every_broken_run_beyond_one_page,
     runs_filter_by_status_and_paginate_newest_first,
