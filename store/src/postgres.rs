@@ -50,7 +50,9 @@ const SUCCEED_MANY: (&str, &str) = (
 /// update, `now` in `$6`: the step succeeded, so dependents with nothing else to decide become ready): the
 /// cascade's first level and the run's counter cost no statement of their own. One row per dependent (one
 /// with NULL dependent columns for a step without any); no row when the lease was not current; NULL counters
-/// when the run vanished. Index: the primary keys of steps, attempts, runs and step_edges.
+/// when the run vanished. The dependents' ids are computed first and looked up by primary key (a step without
+/// dependents skips that part), so no plan can read the run's steps by `run_id` alone (see [`crate::sql`]'s
+/// `release!`). Index: the primary keys of steps, attempts, runs and step_edges.
 const SUCCEED: &str = concat!(
     "WITH done AS (UPDATE steps SET status = 'succeeded', output = $5, error = NULL, \
        lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, finished_at = $6, updated_at = $6 \
@@ -60,9 +62,12 @@ const SUCCEED: &str = concat!(
        WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND EXISTS (SELECT 1 FROM done)), \
      counted AS (UPDATE runs SET open_steps = open_steps - 1, updated_at = $6 \
        WHERE id = $1 AND EXISTS (SELECT 1 FROM done) RETURNING open_steps, cancel_requested), \
-     d AS (SELECT child, 1 AS n FROM step_edges WHERE run_id = $1 AND parent = $2 AND EXISTS (SELECT 1 FROM done)), \
-     released AS (",
-    crate::sql::release!(@update "$6"),
+     released AS (UPDATE steps SET ",
+    crate::sql::release!(@set "$6", "1"),
+    " WHERE steps.run_id = $1 AND steps.step_id = ANY (ARRAY(SELECT child FROM step_edges \
+       WHERE run_id = $1 AND parent = $2 AND EXISTS (SELECT 1 FROM done WHERE child_count <> 0))) \
+     RETURNING ",
+    crate::sql::release!(@returning),
     ") SELECT done.child_count, counted.open_steps, counted.cancel_requested, r.step_id, r.dep_count, \
        r.pending_deps, r.trigger_rule, r.when_expr, r.approval, r.not_before_at, r.status, r.available_at \
      FROM done LEFT JOIN counted ON true LEFT JOIN released r ON true"

@@ -183,7 +183,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable).
     pub async fn next_due(&self) -> StoreResult<Option<i64>> {
-        Ok(on_pool!(self, Db, pool => sqlx::query_scalar::<Db, Option<i64>>(sql::NEXT_DUE).fetch_one(pool).await?))
+        // Not prepared: PostgreSQL keeps a generic plan after five executions, and one made while `steps` was
+        // small (a sequential scan) stayed when a large run arrived: 16 ms per call, once per parked poll.
+        Ok(on_pool!(self, Db, pool => sqlx::query_scalar::<Db, Option<i64>>(sql::NEXT_DUE)
+            .persistent(false).fetch_one(pool).await?))
     }
 
     /// Registers or refreshes a worker and the actions it serves.

@@ -60,52 +60,63 @@ pub(crate) const ATTEMPT_CLOSE: &str = "UPDATE attempts SET status = $4, ended_a
 pub(crate) const PARENT_STATUSES: &str = "SELECT s.status FROM step_edges e JOIN steps s \
      ON s.run_id = e.run_id AND s.step_id = e.parent WHERE e.run_id = $1 AND e.child = $2";
 
-/// The release statement with `$parents`, the dialect's test that `parent` is one of `$2`. Binds: `$1` run
-/// id, `$2` the parents, `$3` `now` when every parent succeeded (else NULL). Decrements each dependent by how
-/// many of the parents it depends on and, with `$3`, makes ready a dependent that has nothing else to decide
-/// (see `StepTx::children_release`). `MATERIALIZED`: the counts are computed once; inlined, with no statistics
-/// yet (a new database, a large first submission), PostgreSQL joined every step of the run to the aggregate
-/// and ran it once per step (4–13 ms per release in a 200-step run, against 0.5 ms). Locks each dependent row.
-/// Index: `step_edges` PK (run_id, parent), then `steps` PK.
+/// The release statement with `$parents`, the dialect's test that `parent` is one of `$2`, and `$children`,
+/// its test that `steps.step_id` is one of the children in `d`. Binds: `$1` run id, `$2` the parents, `$3`
+/// `now` when every parent succeeded (else NULL). Decrements each dependent by how many of the parents it
+/// depends on and, with `$3`, makes ready a dependent that has nothing else to decide (see
+/// `StepTx::children_release`). Locks each dependent row. Index: `step_edges` PK (run_id, parent), then `steps`
+/// PK (run_id, step_id) with the children's ids.
+///
+/// `MATERIALIZED`: the counts are computed once; inlined, with no statistics yet (a new database, a large first
+/// submission), PostgreSQL joined every step of the run to the aggregate and ran it once per step (4–13 ms per
+/// release in a 200-step run, against 0.5 ms). The children's ids are also given to the `steps` lookup as a
+/// list computed first (`$children`) so that no plan, generic or not, can read the run's steps by `run_id`
+/// alone and filter them: a plan made while the tables had no statistics did that, once per release.
 macro_rules! release {
-    ($parents:literal) => {
+    ($parents:literal, $children:literal) => {
         concat!(
             "WITH d AS MATERIALIZED (SELECT child, COUNT(*) AS n FROM step_edges WHERE run_id = $1 AND ",
             $parents,
-            " GROUP BY child) ",
-            $crate::sql::release!(@update "$3")
+            " GROUP BY child) UPDATE steps SET ",
+            $crate::sql::release!(@set "$3", "d.n"),
+            " FROM d WHERE steps.run_id = $1 AND ",
+            $children,
+            " AND steps.step_id = d.child RETURNING ",
+            $crate::sql::release!(@returning)
         )
     };
-    // The update of the dependents listed in `d (child, n)`, with `$now` the parameter holding `now` when every
-    // parent succeeded (else NULL). Shared with PostgreSQL's success statement, which releases in the same
-    // statement.
-    (@update $now:literal) => {
+    // The assignments of a release: `$now` is the parameter holding `now` when every parent succeeded (else
+    // NULL), `$n` how many of the released parents the row depends on. Shared with PostgreSQL's success
+    // statement, which releases in the same statement.
+    (@set $now:literal, $n:literal) => {
         concat!(
-            "UPDATE steps SET pending_deps = steps.pending_deps - d.n, \
-             status = CASE WHEN ", $crate::sql::release!(@ready $now), " THEN 'ready' ELSE steps.status END, \
-             available_at = CASE WHEN ", $crate::sql::release!(@ready $now), " THEN CASE WHEN steps.not_before_at > ", $now,
-            " THEN steps.not_before_at ELSE ", $now, " END ELSE steps.available_at END, \
-             updated_at = CASE WHEN ", $crate::sql::release!(@ready $now), " THEN ", $now, " ELSE steps.updated_at END \
-             FROM d WHERE steps.run_id = $1 AND steps.step_id = d.child \
-             RETURNING steps.step_id, steps.dep_count, steps.pending_deps, steps.trigger_rule, steps.when_expr, \
-             steps.approval, steps.not_before_at, steps.status, steps.available_at"
+            "pending_deps = steps.pending_deps - ", $n, ", \
+             status = CASE WHEN ", $crate::sql::release!(@ready $now, $n), " THEN 'ready' ELSE steps.status END, \
+             available_at = CASE WHEN ", $crate::sql::release!(@ready $now, $n), " THEN CASE WHEN steps.not_before_at > ",
+            $now, " THEN steps.not_before_at ELSE ", $now, " END ELSE steps.available_at END, \
+             updated_at = CASE WHEN ", $crate::sql::release!(@ready $now, $n), " THEN ", $now, " ELSE steps.updated_at END"
         )
     };
-    (@ready $now:literal) => {
+    (@ready $now:literal, $n:literal) => {
         concat!(
-            $now,
-            " IS NOT NULL AND steps.status = 'pending' AND steps.pending_deps = d.n AND steps.dep_count = d.n \
-             AND steps.when_expr IS NULL AND steps.approval IS NULL"
+            $now, " IS NOT NULL AND steps.status = 'pending' AND steps.pending_deps = ", $n,
+            " AND steps.dep_count = ", $n, " AND steps.when_expr IS NULL AND steps.approval IS NULL"
         )
+    };
+    (@returning) => {
+        "steps.step_id, steps.dep_count, steps.pending_deps, steps.trigger_rule, steps.when_expr, steps.approval, \
+         steps.not_before_at, steps.status, steps.available_at"
     };
 }
 pub(crate) use release;
 
 /// [`release!`] for SQLite: the parents as a JSON array of ids.
-pub(crate) const RELEASE_SQLITE: &str = release!("parent IN (SELECT value FROM json_each($2))");
+pub(crate) const RELEASE_SQLITE: &str =
+    release!("parent IN (SELECT value FROM json_each($2))", "steps.step_id IN (SELECT child FROM d)");
 
-/// [`release!`] for PostgreSQL: the parents as a `TEXT[]`.
-pub(crate) const RELEASE_POSTGRES: &str = release!("parent = ANY($2)");
+/// [`release!`] for PostgreSQL: the parents as a `TEXT[]`; the children as an array computed before the lookup.
+pub(crate) const RELEASE_POSTGRES: &str =
+    release!("parent = ANY($2)", "steps.step_id = ANY (ARRAY(SELECT child FROM d))");
 
 /// Decide a pending step: ready (with `available_at`), skipped, failed or waiting_approval. Fenced on pending.
 pub(crate) const STEP_DECIDE: &str = "UPDATE steps SET status = $3, available_at = $4, error = $5, \

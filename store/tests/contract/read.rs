@@ -135,11 +135,9 @@ async fn run_detail_reads_one_snapshot_while_reports_commit(store: Store) {
         let failed = detail.attempts.iter().filter(|a| a.failure.is_some()).count();
         let finished = if step.status == "running" { step.attempts - 1 } else { step.attempts };
         assert_eq!(
-            failed,
-            finished as usize,
+            failed, finished as usize,
             "read {reads}: step {} at attempt {} with {failed} failure records",
-            step.status,
-            step.attempts
+            step.status, step.attempts
         );
         reads += 1;
         tokio::task::yield_now().await;
