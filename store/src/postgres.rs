@@ -45,14 +45,19 @@ const SUCCEED_MANY: (&str, &str) = (
      SELECT run_id, step_id, child_count FROM done",
 );
 
-/// Marks a step succeeded under its lease (fenced like every report), closes its attempt, counts the step
-/// against its run (`open_steps` − 1, which locks the run row) and releases its dependents (the shared release
-/// update, `now` in `$6`: the step succeeded, so dependents with nothing else to decide become ready): the
-/// cascade's first level and the run's counter cost no statement of their own. One row per dependent (one
-/// with NULL dependent columns for a step without any); no row when the lease was not current; NULL counters
-/// when the run vanished. The dependents' ids are computed first and looked up by primary key (a step without
-/// dependents skips that part), so no plan can read the run's steps by `run_id` alone (see [`crate::sql`]'s
-/// `release!`). Index: the primary keys of steps, attempts, runs and step_edges.
+/// Marks a step succeeded under its lease (fenced like every report), closes its attempt, releases its
+/// dependents (the shared release update, `now` in `$6`: the step succeeded, so dependents with nothing else to
+/// decide become ready) and counts the step against its run (`open_steps` − 1). Rows are locked in the order
+/// every other completion path uses — the step, its dependents, then the run (the run's update waits for the
+/// release through its `released` subquery; the parts of a data-modifying `WITH` have no order of their own) —
+/// so concurrent completions cannot deadlock on a shared dependent and the run (the attempt row is only ever
+/// locked after its step row). The cascade's first level and the run's counter cost no statement of their own.
+/// One row per dependent (one with NULL dependent columns for a step without any); no row when the lease was not current; NULL counters
+/// when the run vanished. A step without dependents skips the release entirely (a one-time filter on
+/// `child_count`): a plan made while the tables had no statistics reads the dependents through the `run_id`
+/// prefix of the `steps` key and filters them, which on a large run cost milliseconds per completion until the
+/// first autoanalyze (see [`crate::sql`]'s `release!`). Index: the primary keys of steps, attempts, runs and
+/// step_edges.
 const SUCCEED: &str = concat!(
     "WITH done AS (UPDATE steps SET status = 'succeeded', output = $5, error = NULL, \
        lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, finished_at = $6, updated_at = $6 \
@@ -60,15 +65,16 @@ const SUCCEED: &str = concat!(
        RETURNING child_count), \
      closed AS (UPDATE attempts SET status = 'succeeded', ended_at = $6 \
        WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND EXISTS (SELECT 1 FROM done)), \
-     counted AS (UPDATE runs SET open_steps = open_steps - 1, updated_at = $6 \
-       WHERE id = $1 AND EXISTS (SELECT 1 FROM done) RETURNING open_steps, cancel_requested), \
      released AS (UPDATE steps SET ",
     crate::sql::release!(@set "$6", "1"),
-    " WHERE steps.run_id = $1 AND steps.step_id = ANY (ARRAY(SELECT child FROM step_edges \
-       WHERE run_id = $1 AND parent = $2 AND EXISTS (SELECT 1 FROM done WHERE child_count <> 0))) \
+    " WHERE EXISTS (SELECT 1 FROM done WHERE child_count <> 0) AND steps.run_id = $1 \
+       AND steps.step_id = ANY (ARRAY(SELECT child FROM step_edges WHERE run_id = $1 AND parent = $2)) \
      RETURNING ",
     crate::sql::release!(@returning),
-    ") SELECT done.child_count, counted.open_steps, counted.cancel_requested, r.step_id, r.dep_count, \
+    "), counted AS (UPDATE runs SET open_steps = open_steps - 1, updated_at = $6 \
+       WHERE id = $1 AND EXISTS (SELECT 1 FROM done) AND (SELECT COUNT(*) FROM released) >= 0 \
+       RETURNING open_steps, cancel_requested) \
+     SELECT done.child_count, counted.open_steps, counted.cancel_requested, r.step_id, r.dep_count, \
        r.pending_deps, r.trigger_rule, r.when_expr, r.approval, r.not_before_at, r.status, r.available_at \
      FROM done LEFT JOIN counted ON true LEFT JOIN released r ON true"
 );

@@ -70,8 +70,10 @@ pub(crate) const PARENT_STATUSES: &str = "SELECT s.status FROM step_edges e JOIN
 /// `MATERIALIZED`: the counts are computed once; inlined, with no statistics yet (a new database, a large first
 /// submission), PostgreSQL joined every step of the run to the aggregate and ran it once per step (4–13 ms per
 /// release in a 200-step run, against 0.5 ms). The children's ids are also given to the `steps` lookup as a
-/// list computed first (`$children`) so that no plan, generic or not, can read the run's steps by `run_id`
-/// alone and filter them: a plan made while the tables had no statistics did that, once per release.
+/// list computed first (`$children`) so that a plan made with statistics looks them up by full key. Without
+/// statistics (a new database before its first autoanalyze) PostgreSQL estimates one row for any `run_id` and
+/// may still read the run's steps by that key prefix and filter them: a cost per release that grows with the
+/// run, until the statistics exist and the cached plan is replaced.
 macro_rules! release {
     ($parents:literal, $children:literal) => {
         concat!(

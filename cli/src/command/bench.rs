@@ -32,8 +32,8 @@
 //! (the orchestrator migrates it; runs accumulate in it).
 //!
 //! The processes' logs (`serve.err`, `worker-N.err`, honouring `RUST_LOG`) and the temporary SQLite file are
-//! removed after a successful run, kept after a failed one, and kept always when `CAIRN_BENCH_KEEP` is set (to
-//! read, for example, `RUST_LOG=sqlx::query=debug` statement timings).
+//! removed after a successful run, kept after a failed one, and kept always when `CAIRN_BENCH_KEEP` is set to
+//! anything but empty or `0` (to read, for example, `RUST_LOG=sqlx::query=debug` statement timings).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -203,7 +203,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         print_figures(&figures, args.json);
     }
     // Kept on request, e.g. to read statement timings (`RUST_LOG=sqlx::query=debug`).
-    procs.keep_dir = std::env::var_os("CAIRN_BENCH_KEEP").is_some();
+    procs.keep_dir = std::env::var("CAIRN_BENCH_KEEP").is_ok_and(|v| !v.is_empty() && v != "0");
     Ok(ExitCode::SUCCESS)
 }
 
