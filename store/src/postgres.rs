@@ -46,17 +46,16 @@ const SUCCEED_MANY: (&str, &str) = (
 );
 
 /// Marks a step succeeded under its lease (fenced like every report), closes its attempt, releases its
-/// dependents (the shared release update, `now` in `$6`: the step succeeded, so dependents with nothing else to
-/// decide become ready) and counts the step against its run (`open_steps` − 1). Rows are locked in the order
-/// every other completion path uses — the step, its dependents, then the run (the run's update waits for the
-/// release through its `released` subquery; the parts of a data-modifying `WITH` have no order of their own) —
-/// so concurrent completions cannot deadlock on a shared dependent and the run (the attempt row is only ever
-/// locked after its step row). The cascade's first level and the run's counter cost no statement of their own.
-/// One row per dependent (one with NULL dependent columns for a step without any); no row when the lease was not current; NULL counters
-/// when the run vanished. A step without dependents skips the release entirely (a one-time filter on
-/// `child_count`): a plan made while the tables had no statistics reads the dependents through the `run_id`
-/// prefix of the `steps` key and filters them, which on a large run cost milliseconds per completion until the
-/// first autoanalyze (see [`crate::sql`]'s `release!`). Index: the primary keys of steps, attempts, runs and
+/// dependents (the shared release update with `now` in `$6`: the step succeeded) and counts the step against its
+/// run: the cascade's first level and the run's counter cost no statement of their own. One row per dependent
+/// (NULL dependent columns for a step without any); no row when the lease was not current; NULL counters when
+/// the run vanished.
+///
+/// Lock order: the step, its dependents, then the run, as on every other completion path (the parts of a
+/// data-modifying `WITH` have no order of their own, so the run's update reads the release's rows to wait for
+/// them; the attempt row is only ever locked after its step row). A step without dependents skips the release
+/// with a one-time filter: a plan made without statistics reads the dependents through the `run_id` prefix of
+/// the `steps` key (see [`crate::sql`]'s `release!`). Index: the primary keys of steps, attempts, runs and
 /// step_edges.
 const SUCCEED: &str = concat!(
     "WITH done AS (UPDATE steps SET status = 'succeeded', output = $5, error = NULL, \

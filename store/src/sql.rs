@@ -61,7 +61,7 @@ pub(crate) const PARENT_STATUSES: &str = "SELECT s.status FROM step_edges e JOIN
      ON s.run_id = e.run_id AND s.step_id = e.parent WHERE e.run_id = $1 AND e.child = $2";
 
 /// The release statement with `$parents`, the dialect's test that `parent` is one of `$2`, and `$children`,
-/// its test that `steps.step_id` is one of the children in `d`. Binds: `$1` run id, `$2` the parents, `$3`
+/// its join of `steps.step_id` to the children in `d`. Binds: `$1` run id, `$2` the parents, `$3`
 /// `now` when every parent succeeded (else NULL). Decrements each dependent by how many of the parents it
 /// depends on and, with `$3`, makes ready a dependent that has nothing else to decide (see
 /// `StepTx::children_release`). Locks each dependent row. Index: `step_edges` PK (run_id, parent), then `steps`
@@ -83,7 +83,7 @@ macro_rules! release {
             $crate::sql::release!(@set "$3", "d.n"),
             " FROM d WHERE steps.run_id = $1 AND ",
             $children,
-            " AND steps.step_id = d.child RETURNING ",
+            " RETURNING ",
             $crate::sql::release!(@returning)
         )
     };
@@ -112,13 +112,13 @@ macro_rules! release {
 }
 pub(crate) use release;
 
-/// [`release!`] for SQLite: the parents as a JSON array of ids.
+/// [`release!`] for SQLite: the parents as a JSON array of ids; the children are looked up by key from the join.
 pub(crate) const RELEASE_SQLITE: &str =
-    release!("parent IN (SELECT value FROM json_each($2))", "steps.step_id IN (SELECT child FROM d)");
+    release!("parent IN (SELECT value FROM json_each($2))", "steps.step_id = d.child");
 
 /// [`release!`] for PostgreSQL: the parents as a `TEXT[]`; the children as an array computed before the lookup.
 pub(crate) const RELEASE_POSTGRES: &str =
-    release!("parent = ANY($2)", "steps.step_id = ANY (ARRAY(SELECT child FROM d))");
+    release!("parent = ANY($2)", "steps.step_id = ANY (ARRAY(SELECT child FROM d)) AND steps.step_id = d.child");
 
 /// Decide a pending step: ready (with `available_at`), skipped, failed or waiting_approval. Fenced on pending.
 pub(crate) const STEP_DECIDE: &str = "UPDATE steps SET status = $3, available_at = $4, error = $5, \
