@@ -13,10 +13,10 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{ChildRow, ClaimedRow, LeasedRow, StepSucceeded};
-use crate::tx::{DialectTx, StepTx, impl_step_tx};
+use crate::rows::{ChildRow, ClaimedRow, EventInsert, LeasedRow, StepSucceeded};
+use crate::tx::{DialectTx, impl_step_tx};
 
-impl_step_tx!(Postgres, release: (crate::sql::RELEASE_POSTGRES, <[&str]>::to_vec));
+impl_step_tx!(Postgres, release: (crate::sql::RELEASE_POSTGRES, <[&str]>::to_vec), events: events_insert);
 crate::runs_tx::impl_runs_tx!(Postgres);
 
 /// Leases due ready steps, inserts their attempt rows and marks the runs they start running: one statement;
@@ -37,13 +37,49 @@ const CLAIM: &str = "WITH picked AS (SELECT run_id, step_id FROM steps WHERE sta
      SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, checkpoint, \
        available_at FROM leased";
 
-/// Wraps the shared set-based success (`StepTx::steps_succeed`) so the same statement closes the attempts.
-const SUCCEED_MANY: (&str, &str) = (
-    "WITH done AS (",
-    "), closed AS (UPDATE attempts SET status = 'succeeded', ended_at = done.finished_at FROM done \
-     WHERE attempts.run_id = done.run_id AND attempts.step_id = done.step_id AND attempts.attempt = done.attempt) \
-     SELECT run_id, step_id, child_count FROM done",
-);
+/// Marks many steps succeeded under their leases and closes their attempts: one statement whose text does not
+/// depend on the batch size (the leases arrive as arrays, one per column), so it is prepared once per connection
+/// instead of parsed and planned per batch (a `VALUES` list of 5 parameters per step was). Returns
+/// `(run_id, step_id, child_count)` of the steps whose lease was current. Index: the primary keys of steps and
+/// attempts.
+const SUCCEED_MANY: &str = "WITH v AS (SELECT * FROM UNNEST($2::text[], $3::text[], $4::int8[], $5::text[], $6::text[]) \
+       AS v(run_id, step_id, attempt, worker_id, output)), \
+     done AS (UPDATE steps SET status = 'succeeded', output = v.output, error = NULL, lease_id = NULL, \
+       lease_owner = NULL, lease_expires_at = NULL, finished_at = $1, updated_at = $1 FROM v \
+       WHERE steps.run_id = v.run_id AND steps.step_id = v.step_id AND steps.attempt = v.attempt \
+       AND steps.status = 'running' AND steps.lease_owner = v.worker_id \
+       RETURNING steps.run_id, steps.step_id, steps.child_count, steps.attempt), \
+     closed AS (UPDATE attempts SET status = 'succeeded', ended_at = $1 FROM done \
+       WHERE attempts.run_id = done.run_id AND attempts.step_id = done.step_id AND attempts.attempt = done.attempt) \
+     SELECT run_id, step_id, child_count FROM done";
+
+/// Appends events in the order given (their `id`s follow it): one prepared text for any number of rows, the
+/// columns bound as arrays.
+const EVENTS_INSERT: &str = "INSERT INTO run_events (run_id, step_id, kind, data, at) \
+     SELECT run_id, step_id, kind, data, at \
+     FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[]) WITH ORDINALITY \
+       AS e(run_id, step_id, kind, data, at, n) ORDER BY n";
+
+/// Runs [`EVENTS_INSERT`].
+async fn events_insert(tx: &mut Transaction<'_, Postgres>, events: &[EventInsert]) -> StoreResult<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let runs: Vec<&str> = events.iter().map(|e| e.run_id.as_str()).collect();
+    let steps: Vec<Option<&str>> = events.iter().map(|e| e.step_id.as_deref()).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
+    let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+    let at: Vec<i64> = events.iter().map(|e| e.at).collect();
+    sqlx::query::<Postgres>(EVENTS_INSERT)
+        .bind(runs)
+        .bind(steps)
+        .bind(kinds)
+        .bind(data)
+        .bind(at)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
 
 /// Marks a step succeeded under its lease (fenced like every report), closes its attempt, releases its
 /// dependents (the shared release update with `now` in `$6`: the step succeeded) and counts the step against its
@@ -170,7 +206,20 @@ impl DialectTx for Transaction<'_, Postgres> {
     }
 
     async fn succeed_many(&mut self, done: &[(&Lease, &str)], now: i64) -> StoreResult<Vec<(String, String, i64)>> {
-        self.steps_succeed(done, now, Some(SUCCEED_MANY)).await
+        let runs: Vec<&str> = done.iter().map(|(l, _)| l.run_id.as_str()).collect();
+        let steps: Vec<&str> = done.iter().map(|(l, _)| l.step_id.as_str()).collect();
+        let attempts: Vec<i64> = done.iter().map(|(l, _)| i64::from(l.attempt)).collect();
+        let workers: Vec<&str> = done.iter().map(|(l, _)| l.worker_id.as_str()).collect();
+        let outputs: Vec<&str> = done.iter().map(|(_, output)| *output).collect();
+        Ok(sqlx::query_as::<Postgres, (String, String, i64)>(SUCCEED_MANY)
+            .bind(now)
+            .bind(runs)
+            .bind(steps)
+            .bind(attempts)
+            .bind(workers)
+            .bind(outputs)
+            .fetch_all(&mut **self)
+            .await?)
     }
 
     async fn heartbeat(

@@ -14,12 +14,12 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{AttemptClose, ClaimedRow, LeasedRow, StepSucceeded};
+use crate::rows::{AttemptClose, ClaimedRow, EventInsert, LeasedRow, StepSucceeded};
 use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Sqlite, release: (crate::sql::RELEASE_SQLITE, |parents: &[&str]| {
     serde_json::Value::from(parents.to_vec()).to_string()
-}));
+}), events: events_insert);
 crate::runs_tx::impl_runs_tx!(Sqlite);
 
 /// Leases due ready steps in one `UPDATE … RETURNING` (SQLite has one writer, so no row can be taken twice).
@@ -44,6 +44,75 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
 const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, \
      deadline_at, heartbeat_timeout_ms FROM steps WHERE status = 'running' AND lease_expires_at <= $1 \
      ORDER BY lease_expires_at LIMIT $2";
+
+/// Appends events in the order given (their `id`s follow it): multi-row inserts of up to 5,000 rows (5 binds a
+/// row, under SQLite's 32,766-parameter limit).
+async fn events_insert(tx: &mut Transaction<'_, Sqlite>, events: &[EventInsert]) -> StoreResult<()> {
+    for chunk in events.chunks(5000) {
+        let mut q = sqlx::QueryBuilder::<Sqlite>::new("INSERT INTO run_events (run_id, step_id, kind, data, at) ");
+        q.push_values(chunk, |mut b, e| {
+            b.push_bind(e.run_id.as_str())
+                .push_bind(e.step_id.as_deref())
+                .push_bind(e.kind)
+                .push_bind(e.data.as_str())
+                .push_bind(e.at);
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Marks many steps succeeded under their leases in one statement (`UPDATE … FROM (VALUES …)`): returns
+/// `(run_id, step_id, child_count)` of the steps whose lease was current, in no particular order. The leases
+/// must name distinct steps (a step twice would be updated once, by either row).
+async fn steps_succeed(
+    tx: &mut Transaction<'_, Sqlite>,
+    done: &[(&Lease, &str)],
+    now: i64,
+) -> StoreResult<Vec<(String, String, i64)>> {
+    let mut succeeded = Vec::with_capacity(done.len());
+    // 5 binds per row: 1000 rows stay far under SQLite's parameter limit.
+    for chunk in done.chunks(1000) {
+        let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+            "UPDATE steps SET status = 'succeeded', output = v.column5, error = NULL, lease_id = NULL, \
+             lease_owner = NULL, lease_expires_at = NULL, finished_at = ",
+        );
+        q.push_bind(now).push(", updated_at = ").push_bind(now).push(" FROM (");
+        q.push_values(chunk, |mut b, (lease, output)| {
+            b.push_bind(lease.run_id.as_str())
+                .push_bind(lease.step_id.as_str())
+                .push_bind(i64::from(lease.attempt))
+                .push_bind(lease.worker_id.as_str())
+                .push_bind(*output);
+        });
+        q.push(
+            ") AS v WHERE steps.run_id = v.column1 AND steps.step_id = v.column2 \
+             AND steps.attempt = v.column3 AND steps.status = 'running' AND steps.lease_owner = v.column4 \
+             RETURNING steps.run_id, steps.step_id, steps.child_count",
+        );
+        // The text varies with the row count: not worth a prepared statement per batch size.
+        let query = q.build_query_as::<(String, String, i64)>().persistent(false);
+        succeeded.extend(query.fetch_all(&mut **tx).await?);
+    }
+    Ok(succeeded)
+}
+
+/// Closes the attempts of steps that just succeeded, in one statement.
+async fn attempts_succeed(tx: &mut Transaction<'_, Sqlite>, leases: &[&Lease], now: i64) -> StoreResult<()> {
+    for chunk in leases.chunks(1000) {
+        let mut q = sqlx::QueryBuilder::<Sqlite>::new("UPDATE attempts SET status = 'succeeded', ended_at = ");
+        q.push_bind(now).push(
+            ", failure_code = NULL, failure_message = NULL, failure_details = NULL, retryable = NULL, \
+             retry_after_ms = NULL, suggestion = NULL, degraded = NULL FROM (",
+        );
+        q.push_values(chunk, |mut b, lease| {
+            b.push_bind(lease.run_id.as_str()).push_bind(lease.step_id.as_str()).push_bind(i64::from(lease.attempt));
+        });
+        q.push(") AS v WHERE attempts.run_id = v.column1 AND attempts.step_id = v.column2 AND attempts.attempt = v.column3");
+        q.build().persistent(false).execute(&mut **tx).await?;
+    }
+    Ok(())
+}
 
 impl DialectTx for Transaction<'_, Sqlite> {
     async fn claim(
@@ -89,7 +158,7 @@ impl DialectTx for Transaction<'_, Sqlite> {
     }
 
     async fn succeed_many(&mut self, done: &[(&Lease, &str)], now: i64) -> StoreResult<Vec<(String, String, i64)>> {
-        let succeeded = self.steps_succeed(done, now, None).await?;
+        let succeeded = steps_succeed(self, done, now).await?;
         let current: HashSet<(&str, &str)> =
             succeeded.iter().map(|(run, step, _)| (run.as_str(), step.as_str())).collect();
         let closed: Vec<&Lease> = done
@@ -98,7 +167,7 @@ impl DialectTx for Transaction<'_, Sqlite> {
             .filter(|l| current.contains(&(l.run_id.as_str(), l.step_id.as_str())))
             .collect();
         if !closed.is_empty() {
-            self.attempts_succeed(&closed, now).await?;
+            attempts_succeed(self, &closed, now).await?;
         }
         Ok(succeeded)
     }

@@ -66,20 +66,6 @@ pub(crate) trait StepTx: Send {
         output: &str,
         now: i64,
     ) -> impl Future<Output = StoreResult<Option<i64>>> + Send;
-    /// [`StepTx::step_succeed`] for many leases in one statement (`UPDATE … FROM (VALUES …)`): returns
-    /// `(run_id, step_id, child_count)` of the steps whose lease was current, in no particular order. The leases
-    /// must name distinct steps (a step twice would be updated once, by either row). `around`: text put before
-    /// and after the update, for a dialect that wraps it in a data-modifying `WITH`; the update returns
-    /// `run_id, step_id, child_count, attempt, finished_at` of the steps it changed, and the wrapped statement
-    /// must return the first three.
-    fn steps_succeed(
-        &mut self,
-        done: &[(&Lease, &str)],
-        now: i64,
-        around: Option<(&'static str, &'static str)>,
-    ) -> impl Future<Output = StoreResult<Vec<(String, String, i64)>>> + Send;
-    /// Closes the attempts of steps that just succeeded, in one statement.
-    fn attempts_succeed(&mut self, leases: &[&Lease], now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     fn step_unclaim(&mut self, lease: &Lease, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
     fn attempt_delete(&mut self, lease: &Lease) -> impl Future<Output = StoreResult<()>> + Send;
     fn step_requeue(
@@ -206,7 +192,7 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
 
 /// Implements [`StepTx`] for `sqlx::Transaction<'_, $db>` with the shared SQL.
 macro_rules! impl_step_tx {
-    ($db:ty, release: ($release_sql:expr, $release_parents:expr)) => {
+    ($db:ty, release: ($release_sql:expr, $release_parents:expr), events: $events:path) => {
         impl $crate::tx::StepTx for sqlx::Transaction<'_, $db> {
             async fn run_by_key(&mut self, key: &str) -> $crate::error::StoreResult<Option<(String, String, String)>> {
                 Ok(sqlx::query_as::<$db, (String, String, String)>($crate::sql::RUN_BY_KEY)
@@ -291,18 +277,7 @@ macro_rules! impl_step_tx {
                 Ok(())
             }
             async fn events_insert(&mut self, events: &[$crate::rows::EventInsert]) -> $crate::error::StoreResult<()> {
-                for chunk in events.chunks(5000) {
-                    let mut q = sqlx::QueryBuilder::<$db>::new("INSERT INTO run_events (run_id, step_id, kind, data, at) ");
-                    q.push_values(chunk, |mut b, e| {
-                        b.push_bind(e.run_id.as_str())
-                            .push_bind(e.step_id.as_deref())
-                            .push_bind(e.kind)
-                            .push_bind(e.data.as_str())
-                            .push_bind(e.at);
-                    });
-                    q.build().execute(&mut **self).await?;
-                }
-                Ok(())
+                $events(self, events).await
             }
             async fn attempts_insert(
                 &mut self,
@@ -391,65 +366,6 @@ macro_rules! impl_step_tx {
                     .bind(now)
                     .fetch_optional(&mut **self)
                     .await?)
-            }
-            async fn steps_succeed(
-                &mut self,
-                done: &[(&$crate::model::Lease, &str)],
-                now: i64,
-                around: Option<(&'static str, &'static str)>,
-            ) -> $crate::error::StoreResult<Vec<(String, String, i64)>> {
-                let (before, after) = around.unwrap_or(("", ""));
-                let mut succeeded = Vec::with_capacity(done.len());
-                // 5 binds per row: 1000 rows stay far under either database's parameter limit.
-                for chunk in done.chunks(1000) {
-                    let mut q = sqlx::QueryBuilder::<$db>::new(before);
-                    q.push(
-                        "UPDATE steps SET status = 'succeeded', output = v.column5, error = NULL, lease_id = NULL, \
-                         lease_owner = NULL, lease_expires_at = NULL, finished_at = ",
-                    );
-                    q.push_bind(now).push(", updated_at = ").push_bind(now).push(" FROM (");
-                    q.push_values(chunk, |mut b, (lease, output)| {
-                        b.push_bind(lease.run_id.as_str())
-                            .push_bind(lease.step_id.as_str())
-                            .push_bind(i64::from(lease.attempt))
-                            .push_bind(lease.worker_id.as_str())
-                            .push_bind(*output);
-                    });
-                    q.push(
-                        ") AS v WHERE steps.run_id = v.column1 AND steps.step_id = v.column2 \
-                         AND steps.attempt = v.column3 AND steps.status = 'running' AND steps.lease_owner = v.column4 \
-                         RETURNING steps.run_id, steps.step_id, steps.child_count, steps.attempt, steps.finished_at",
-                    );
-                    q.push(after);
-                    // The text varies with the row count: not worth a prepared statement per batch size.
-                    let query = q.build_query_as::<(String, String, i64)>().persistent(false);
-                    succeeded.extend(query.fetch_all(&mut **self).await?);
-                }
-                Ok(succeeded)
-            }
-            async fn attempts_succeed(
-                &mut self,
-                leases: &[&$crate::model::Lease],
-                now: i64,
-            ) -> $crate::error::StoreResult<()> {
-                for chunk in leases.chunks(1000) {
-                    let mut q = sqlx::QueryBuilder::<$db>::new("UPDATE attempts SET status = 'succeeded', ended_at = ");
-                    q.push_bind(now).push(
-                        ", failure_code = NULL, failure_message = NULL, failure_details = NULL, retryable = NULL, \
-                         retry_after_ms = NULL, suggestion = NULL, degraded = NULL FROM (",
-                    );
-                    q.push_values(chunk, |mut b, lease| {
-                        b.push_bind(lease.run_id.as_str())
-                            .push_bind(lease.step_id.as_str())
-                            .push_bind(i64::from(lease.attempt));
-                    });
-                    q.push(
-                        ") AS v WHERE attempts.run_id = v.column1 AND attempts.step_id = v.column2 \
-                         AND attempts.attempt = v.column3",
-                    );
-                    q.build().persistent(false).execute(&mut **self).await?;
-                }
-                Ok(())
             }
             async fn step_unclaim(&mut self, lease: &$crate::model::Lease, now: i64) -> $crate::error::StoreResult<bool> {
                 let done = sqlx::query::<$db>($crate::sql::STEP_UNCLAIM)

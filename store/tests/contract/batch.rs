@@ -166,6 +166,16 @@ async fn completions_accepted_together_end_as_they_would_one_by_one(store: Store
     assert_eq!(status(&store, "r1", "j").await, "ready");
     assert_eq!(run(&store, "r2").await.status, "failed", "output_too_large fails d and its run");
     assert_eq!(run(&store, "r1").await.status, "running", "j is still open");
+    let position = |history: &[cairn_store::RunEvent], kind: &str, step: Option<&str>| {
+        history.iter().position(|e| e.kind == kind && e.step_id.as_deref() == step).expect("event recorded")
+    };
+    let (r1, r2) = (events(&store, "r1").await, events(&store, "r2").await);
+    assert!(
+        position(&r1, "step_succeeded", Some("a")) < position(&r1, "step_ready", Some("j"))
+            && position(&r1, "step_succeeded", Some("b")) < position(&r1, "step_ready", Some("j"))
+            && position(&r2, "step_failed", Some("d")) < position(&r2, "run_failed", None),
+        "a batch's events are recorded in the order they happened: {r1:?} {r2:?}"
+    );
     let j = claim_one(&store, T0 + 11).await.lease;
     assert_eq!(j.step_id, "j");
     run_to_end(&store, &j).await;
