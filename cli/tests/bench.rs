@@ -1,0 +1,44 @@
+//! `cairn bench --json`: the fields issue 8 says scripts rely on, from a real orchestrator and worker processes
+//! on a temporary SQLite file. Behaviour only (which figures are printed and that they describe finished runs);
+//! how fast is for `cairn bench` itself, not for tests.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Runs `cairn bench SCENARIO --json` and returns its one JSON line.
+fn bench(scenario: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn")).args(["bench", scenario, "--json"]).output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "bench {scenario} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON object per scenario: {stdout}");
+    serde_json::from_str(lines[0]).unwrap()
+}
+
+fn number(figures: &Value, field: &str) -> f64 {
+    figures[field].as_f64().unwrap_or_else(|| panic!("`{field}` is a number in {figures}"))
+}
+
+#[test]
+fn chain_reports_per_step_figures_and_the_configuration() {
+    let figures = bench("chain");
+    assert_eq!(figures["scenario"], "chain");
+    let (median, p99) = (number(&figures, "per_step_ms_median"), number(&figures, "per_step_ms_p99"));
+    assert!(median > 0.0 && p99 > 0.0, "a step's cycle takes time: {figures}");
+    let means = figures["per_step_ms_run_means"].as_array().unwrap();
+    assert_eq!(means.len(), 20, "one mean per run of 20 steps");
+    assert_eq!(figures["db"], "sqlite", "the embedded default");
+    assert_eq!(figures["workers"], 1);
+    assert_eq!(figures["concurrency"], 16);
+}
+
+#[test]
+fn fanout_reports_the_wall_time_of_a_finished_run() {
+    let figures = bench("fanout");
+    assert_eq!(figures["scenario"], "fanout");
+    assert!(number(&figures, "wall_ms") > 0.0, "run finished − run created: {figures}");
+    assert!(figures.get("per_step_ms_median").is_none(), "chain's fields belong to chain: {figures}");
+}
