@@ -249,13 +249,15 @@ async fn a_cascade_from_a_batch_releases_level_by_level_and_skips_propagate_thro
 }
 
 async fn a_batch_finishing_many_runs_closes_each_as_it_would_alone(store: Store) {
-    // r1 and r2: one step each; r3: c completes here after x failed for good earlier; r4: e completes, f stays.
+    // r1 and r2: one step each; r3: c completes here after x failed for good earlier; r4: e and g complete
+    // (two steps of one run in one batch), f stays.
     let once = json!({"max_attempts": 1});
     submit(&store, "r1", &steps(vec![noop("a", &[], json!({}))])).await;
     submit(&store, "r2", &steps(vec![noop("b", &[], json!({}))])).await;
     let x = json!({"id": "x", "action": "noop", "args": {}, "retry": once});
     submit(&store, "r3", &steps(vec![noop("c", &[], json!({})), x])).await;
-    submit(&store, "r4", &steps(vec![noop("e", &[], json!({})), noop("f", &[], json!({}))])).await;
+    submit(&store, "r4", &steps(vec![noop("e", &[], json!({})), noop("f", &[], json!({})), noop("g", &[], json!({}))]))
+        .await;
     let claimed = claim(&store, T0).await;
     let lease_of = |id: &str| claimed.iter().find(|c| c.lease.step_id == id).expect("claimed").lease.clone();
     let failed =
@@ -263,11 +265,12 @@ async fn a_batch_finishing_many_runs_closes_each_as_it_would_alone(store: Store)
     let nobody = |_: usize| Vec::new();
     let first = store.report_batch(&[failed], &[], LIMITS, TTL, T0 + 1, &nobody).await.expect("the batch commits");
     assert_eq!(first.reports, [Report::Failed]);
-    let items: Vec<ReportItem> = ["a", "b", "c", "e"].iter().map(|id| complete(&lease_of(id), json!({}))).collect();
+    let items: Vec<ReportItem> =
+        ["a", "b", "c", "e", "g"].iter().map(|id| complete(&lease_of(id), json!({}))).collect();
 
     let outcome = store.report_batch(&items, &[], LIMITS, TTL, T0 + 10, &nobody).await.expect("the batch commits");
 
-    assert_eq!(outcome.reports, [Report::Succeeded; 4]);
+    assert_eq!(outcome.reports, [Report::Succeeded; 5]);
     for run_id in ["r1", "r2"] {
         let summary = run(&store, run_id).await;
         assert_eq!((summary.status.as_str(), summary.open_steps), ("succeeded", 0), "{run_id}");
