@@ -171,7 +171,7 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
         now: i64,
     ) -> impl Future<Output = StoreResult<Option<StepSucceeded>>> + Send;
     /// [`DialectTx::succeed`] for many leases naming distinct steps: returns `(run_id, step_id, child_count)` of
-    /// the steps whose lease was current, in no particular order. PostgreSQL: one statement per 1000 leases;
+    /// the steps whose lease was current, in no particular order. PostgreSQL: one statement (leases as arrays);
     /// SQLite: two.
     fn succeed_many(
         &mut self,
