@@ -21,9 +21,9 @@
 //!   ahead; `wall_ms` = last `step_started` − that instant (how long until every timer has fired and its step
 //!   been handed to a worker).
 //! - `dispatch`: 10,000 single-step runs submitted by 8 concurrent clients (at `--rate` runs per second, or as
-//!   fast as the API accepts them) while the workers run them; dispatch
-//!   latency (`step_started` − `step_ready`) p50, p99 and max, `steps_per_sec`, `submit_per_sec` (see
-//!   [`dispatch`]).
+//!   fast as the API accepts them) while the workers run them, after 1,000 warm-up runs submitted the same way;
+//!   dispatch latency (`step_started` − `step_ready`) p50, p99 and max, `steps_per_sec`, `submit_per_sec` of the
+//!   measured runs, and `warmup_runs`, `warmup_dispatch_latency_ms_p99` of the warm-up (see [`dispatch`]).
 //! - `memory`: 10,000 runs of 10 steps each waiting on a timer a day ahead (100,000 pending timers, 10,000
 //!   active runs); `rss_mb` = the orchestrator's resident memory (`VmRSS`) once they are stored.
 //! - `all`: chain, fanout, throughput, timers, dispatch, memory, in order, against one orchestrator.
