@@ -1,5 +1,7 @@
 //! [`RunGraph`]: a whole run in memory, driven by [`Event`]s (the reference model of the state machine).
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value, json};
 
 use super::{AfterFailure, Event, FailedAttempt, Readiness, Transition, after_failure, readiness, run_outcome};
@@ -14,6 +16,8 @@ use crate::state::{RunStatus, StepStatus};
 pub struct RunGraph {
     plan: Plan,
     input: Value,
+    /// Step id → position in the plan (lookups stay O(1) on plans of thousands of steps).
+    positions: HashMap<String, usize>,
     deps: Vec<Vec<usize>>,
     dependents: Vec<Vec<usize>>,
     status: Vec<StepStatus>,
@@ -27,12 +31,16 @@ impl RunGraph {
     /// graph and the transitions of starting it (steps without dependencies become ready or are skipped).
     pub fn new(plan: Plan, input: Value) -> (Self, Vec<Transition>) {
         let n = plan.steps.len();
-        let index = |id: &str| plan.steps.iter().position(|s| s.id == id);
+        // The first step of an id wins, as a scan would (validation rejects duplicate ids anyway).
+        let mut positions: HashMap<String, usize> = HashMap::with_capacity(n);
+        for (i, step) in plan.steps.iter().enumerate() {
+            positions.entry(step.id.clone()).or_insert(i);
+        }
         let mut deps = vec![Vec::new(); n];
         let mut dependents = vec![Vec::new(); n];
         for (i, step) in plan.steps.iter().enumerate() {
             for dep in &step.depends_on {
-                if let Some(d) = index(dep)
+                if let Some(&d) = positions.get(dep)
                     && !deps[i].contains(&d)
                 {
                     deps[i].push(d);
@@ -43,6 +51,7 @@ impl RunGraph {
         let mut graph = RunGraph {
             plan,
             input,
+            positions,
             deps,
             dependents,
             status: vec![StepStatus::Pending; n],
@@ -214,7 +223,7 @@ impl RunGraph {
     }
 
     fn index(&self, id: &str) -> Option<usize> {
-        self.plan.steps.iter().position(|s| s.id == id)
+        self.positions.get(id).copied()
     }
 
     fn index_in(&self, id: &str, status: StepStatus) -> Option<usize> {
