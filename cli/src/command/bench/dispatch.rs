@@ -2,12 +2,12 @@
 //!
 //! 10,000 runs of one `noop` step each are submitted through the REST API by [`CLIENTS`] concurrent clients, as
 //! fast as the API accepts them or at `--rate` runs per second, while the workers run them, after
-//! [`WARMUP_RUNS`] submitted the same way and reported apart (`warmup_runs`, `warmup_dispatch_latency_ms_p99`). Each step is ready from its submission, so its
-//! dispatch latency, `step_started` − `step_ready`, is the time until a worker's claim took it: the figure
-//! issue 8's "dispatch latency p99 ≤ 20 ms" asks for, unless the workers fall behind the arrivals (then it also
-//! holds the wait for a free slot). `steps_per_sec` = runs / (last `step_succeeded` − first `step_ready`) is
-//! bounded by the submission rate, reported as `submit_per_sec`: this scenario measures latency under a steady
-//! load, `throughput` measures the most the workers can drain.
+//! [`WARMUP_RUNS`] submitted the same way and reported apart (`warmup_runs`, `warmup_dispatch_latency_ms_p99`).
+//! Each step is ready from its submission, so its dispatch latency, `step_started` − `step_ready`, is the time
+//! until a worker's claim took it: the figure issue 8's "dispatch latency p99 ≤ 20 ms" asks for, unless the
+//! workers fall behind the arrivals (then it also holds the wait for a free slot). `steps_per_sec` = runs / (last
+//! `step_succeeded` − first `step_ready`) is bounded by the submission rate, reported as `submit_per_sec`: this
+//! scenario measures latency under a steady load, `throughput` measures the most the workers can drain.
 
 use std::time::{Duration, Instant};
 
