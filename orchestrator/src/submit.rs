@@ -9,7 +9,7 @@ use cairn_core::diagnostic::{Code, Diagnostic};
 use cairn_core::plan::Plan;
 use cairn_core::time_spec;
 use cairn_core::validate::{Limits, validate_value};
-use cairn_store::{CreateOutcome, NewRun, StoreError};
+use cairn_store::{CreateOutcome, NewRun, RunDetail, StoreError};
 use jiff::Timestamp;
 use serde_json::Value;
 
@@ -25,12 +25,16 @@ pub struct SubmitRequest {
 }
 
 /// A stored (or found) run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Submitted {
     /// The run id.
     pub run_id: String,
     /// True when the idempotency key matched an existing run with the same plan and input.
     pub existing: bool,
+    /// The new run as committed, when that is known without reading it back
+    /// ([`cairn_store::Store::create_run_detailed`]); `None` for an existing run, a root that needed a decision
+    /// (`when`, approval) or an `event.wait` step (started after the commit). Steps may have moved on since.
+    pub created: Option<RunDetail>,
 }
 
 /// Why a submission was refused.
@@ -113,10 +117,10 @@ fn timer_diagnostic(pointer: &str, step: Option<&str>, e: time_spec::TimeSpecErr
 }
 
 /// Maps the store's answer to the caller's.
-pub(crate) fn outcome(created: CreateOutcome) -> Result<Submitted, SubmitError> {
+pub(crate) fn outcome(created: CreateOutcome, detail: Option<RunDetail>) -> Result<Submitted, SubmitError> {
     match created {
-        CreateOutcome::Created(run_id) => Ok(Submitted { run_id, existing: false }),
-        CreateOutcome::Existing(run_id) => Ok(Submitted { run_id, existing: true }),
+        CreateOutcome::Created(run_id) => Ok(Submitted { run_id, existing: false, created: detail }),
+        CreateOutcome::Existing(run_id) => Ok(Submitted { run_id, existing: true, created: None }),
         CreateOutcome::Conflict(run_id) => Err(SubmitError::Conflict { run_id }),
     }
 }

@@ -15,7 +15,13 @@ use serde_json::{Value, json};
 pub async fn run_view(store: &Store, run_id: &str) -> StoreResult<Option<Value>> {
     // One snapshot: a report committed between separate reads showed a step `running` next to the failure of
     // the attempt that had just ended.
-    let Some(RunDetail { run, steps, attempts }) = store.run_detail(run_id).await? else { return Ok(None) };
+    Ok(store.run_detail(run_id).await?.map(detail_view))
+}
+
+/// The view of a run already read (or known from its creation, [`crate::Submitted::created`]).
+#[must_use]
+pub fn detail_view(detail: RunDetail) -> Value {
+    let RunDetail { run, steps, attempts } = detail;
     let steps: Vec<Value> = steps
         .into_iter()
         .map(|s| {
@@ -29,9 +35,9 @@ pub async fn run_view(store: &Store, run_id: &str) -> StoreResult<Option<Value>>
             })
         })
         .collect();
-    Ok(Some(json!({
+    json!({
         "id": run.id, "status": run.status, "plan_id": run.plan_id, "step_count": run.step_count,
         "open_steps": run.open_steps, "failure": run.failure, "created_at_ms": run.created_at_ms,
         "finished_at_ms": run.finished_at_ms, "steps": steps,
-    })))
+    })
 }

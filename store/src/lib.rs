@@ -142,6 +142,17 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable; nothing was stored).
     pub async fn create_run(&self, run: &NewRun) -> StoreResult<CreateOutcome> {
+        Ok(self.create_run_detailed(run).await?.0)
+    }
+
+    /// [`Store::create_run`], also returning the created run as committed when it is known without reading it
+    /// back: `Some` (equal to what [`Store::run_detail`] would read right after the commit) for a created run
+    /// whose roots needed no decision, `None` otherwise (an existing run, a conflict, a root with `when` or an
+    /// approval).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable; nothing was stored).
+    pub async fn create_run_detailed(&self, run: &NewRun) -> StoreResult<(CreateOutcome, Option<RunDetail>)> {
         match self.create_once(run).await {
             // A concurrent submit with the same idempotency key won the unique index: report its run.
             Err(StoreError::Database(e)) if run.idempotency_key.is_some() && is_unique_violation(&e) => {
@@ -151,8 +162,8 @@ impl Store {
         }
     }
 
-    async fn create_once(&self, run: &NewRun) -> StoreResult<CreateOutcome> {
-        in_tx!(self, |tx, events| flow::submit::create(&mut tx, run, &mut events).await?)
+    async fn create_once(&self, run: &NewRun) -> StoreResult<(CreateOutcome, Option<RunDetail>)> {
+        in_tx!(self, |tx, events| flow::submit::create_detailed(&mut tx, run, &mut events).await?)
     }
 
     /// Leases up to `req.limit` due ready steps of the given actions, with resolved args. Steps whose

@@ -68,6 +68,49 @@ async fn an_idempotency_key_returns_the_same_run_for_the_same_plan_and_conflicts
     }
 }
 
+/// The answer to `POST /v1/runs` is built from what the submission inserted when no root needed a decision
+/// (no read-back), and read otherwise: either way it must be exactly what `GET` shows right after (no worker
+/// runs here, so nothing moves in between).
+#[tokio::test]
+async fn a_submission_answers_the_run_exactly_as_a_read_right_after_shows_it() {
+    let plans: [(&str, Value, &[&str]); 4] = [
+        ("one ready root", noop_plan(1), &["ready"]),
+        (
+            "a timer root, a ready root and dependents, in a zone",
+            json!({"context": {"timezone": "Asia/Shanghai"}, "steps": [
+                {"id": "later", "action": "noop", "args": {}, "not_before": "tomorrow 08:00"},
+                {"id": "now", "action": "noop", "args": {"text": "héllo ☂"}},
+                {"id": "after", "action": "noop", "args": {"v": "$now.output"}, "depends_on": ["now", "later"],
+                 "not_before": "2027-03-20T09:30:00Z"},
+            ]}),
+            &["ready", "ready", "pending"],
+        ),
+        (
+            "a root that needs approval (decided in the transaction, so read back)",
+            json!({"steps": [{"id": "gate", "action": "noop", "args": {}, "approval": {"required": true}}]}),
+            &["waiting_approval"],
+        ),
+        (
+            "a root whose condition is false (skipped, the run finishes in the transaction)",
+            json!({"steps": [{"id": "maybe", "action": "noop", "args": {}, "when": "1 == 2"}]}),
+            &["skipped"],
+        ),
+    ];
+    for backend in backends() {
+        let app = HttpApp::start(backend, clock(), None).await;
+        for (what, plan, expected) in &plans {
+            let (status, answer) = app.post("/v1/runs", &json!({"plan": plan})).await;
+            assert_eq!(status, 201, "{backend:?}, {what}: accepted: {answer:#}");
+            let run_id = answer["id"].as_str().expect("the answer has the run id");
+            let read = app.run(run_id).await;
+            assert_eq!(answer, read, "{backend:?}, {what}: the answer is the run as stored");
+            let statuses: Vec<&str> =
+                answer["steps"].as_array().unwrap().iter().map(|s| s["status"].as_str().unwrap()).collect();
+            assert_eq!(&statuses, expected, "{backend:?}, {what}: {answer:#}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn cancel_finishes_the_run_once_and_a_second_cancel_conflicts() {
     for backend in backends() {

@@ -13,7 +13,7 @@ use super::AppState;
 use super::body::StrictJson;
 use super::error::ApiError;
 use crate::submit::SubmitRequest;
-use crate::view::run_view;
+use crate::view::{detail_view, run_view};
 
 /// `POST /v1/plans:validate` body: the plan itself, or `{"plan": …}`.
 pub(super) async fn validate(State(state): State<AppState>, StrictJson(body): StrictJson<Value>) -> Response {
@@ -45,7 +45,12 @@ pub(super) async fn submit(
 ) -> Result<Response, ApiError> {
     let req = SubmitRequest { plan: body.plan, input: body.input, idempotency_key: body.idempotency_key };
     let submitted = state.engine.submit(&req).await?;
-    let view = run_view(state.engine.store(), &submitted.run_id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+    // A new run's answer is the state it was committed in when that is known (no read-back transaction);
+    // otherwise it is read.
+    let view = match submitted.created {
+        Some(detail) => detail_view(detail),
+        None => run_view(state.engine.store(), &submitted.run_id).await?.ok_or_else(|| ApiError::not_found("run"))?,
+    };
     let status = if submitted.existing { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(view)).into_response())
 }

@@ -145,7 +145,8 @@ impl Engine {
         let now = self.inner.clock.now();
         let run_id = new_run_id(now);
         let run = submit::prepare(req, &self.inner.catalog.snapshot(), &self.inner.config.limits, run_id, now)?;
-        let outcome = submit::outcome(self.inner.store.create_run(&run).await?)?;
+        let (created, detail) = self.inner.store.create_run_detailed(&run).await?;
+        let mut outcome = submit::outcome(created, detail)?;
         tracing::info!(run_id = %outcome.run_id, existing = outcome.existing, "run submitted");
         if !outcome.existing {
             trace::run_submitted(&outcome.run_id);
@@ -153,12 +154,13 @@ impl Engine {
         self.wake();
         // An `event.wait` root starts now rather than at the waiting loop's next pass, so its lookback is
         // measured from the submission and an event sent right after the answer is matched. The run is stored
-        // either way: a failed start is retried by the loop.
-        if !outcome.existing
-            && run.plan.steps.iter().any(|s| s.action == cairn_core::event_wait::ACTION)
-            && let Err(e) = self.start_event_waits().await
-        {
-            tracing::warn!(run_id = %outcome.run_id, error = %e, "starting event waits after submit failed");
+        // either way: a failed start is retried by the loop. Starting it changes the run after the commit, so
+        // the committed detail no longer describes it.
+        if !outcome.existing && run.plan.steps.iter().any(|s| s.action == cairn_core::event_wait::ACTION) {
+            outcome.created = None;
+            if let Err(e) = self.start_event_waits().await {
+                tracing::warn!(run_id = %outcome.run_id, error = %e, "starting event waits after submit failed");
+            }
         }
         Ok(outcome)
     }

@@ -32,6 +32,35 @@ async fn create_run_makes_roots_ready_and_others_pending_and_records_events(stor
     );
 }
 
+async fn create_run_detailed_returns_the_run_as_a_read_after_the_commit_finds_it(store: Store) {
+    let doc =
+        steps(vec![noop("a", &[], json!({})), noop("b", &[], json!({"t": "☂"})), noop("c", &["a", "b"], json!({}))]);
+    let mut timed = new_run("r1", &doc);
+    // A timer in the future and one already past: both roots ready, due at the later of the timer and now.
+    timed.timers[0] = Some((T0 + 60_000, "in 1 minute".into()));
+    timed.timers[1] = Some((T0 - 60_000, "a minute ago".into()));
+    timed.idempotency_key = Some("key-1".into());
+
+    let (outcome, detail) = store.create_run_detailed(&timed).await.expect("create_run_detailed");
+
+    assert_eq!(outcome, CreateOutcome::Created("r1".into()));
+    let detail = detail.expect("roots that need no decision give the created run without a read");
+    let read = store.run_detail("r1").await.expect("run_detail").expect("the run exists");
+    assert_eq!(detail, read, "the returned run is field for field what the database holds");
+    assert_eq!(read.steps[0].available_at_ms, Some(T0 + 60_000), "a future timer sets the due time");
+    assert_eq!(read.steps[1].available_at_ms, Some(T0), "a past timer is due now");
+
+    let decided = new_run("r2", &steps(vec![json!({"id": "a", "action": "noop", "args": {}, "when": "1 == 2"})]));
+    let (outcome, detail) = store.create_run_detailed(&decided).await.expect("create_run_detailed");
+    assert_eq!(outcome, CreateOutcome::Created("r2".into()));
+    assert_eq!(detail, None, "a root decided in the transaction (here skipped) is read back, not assumed");
+    let mut again = new_run("r3", &doc);
+    again.idempotency_key = Some("key-1".into());
+    let (outcome, replay) = store.create_run_detailed(&again).await.expect("create_run_detailed");
+    assert_eq!(outcome, CreateOutcome::Existing("r1".into()));
+    assert_eq!(replay, None, "an existing run is not described by the submission that found it");
+}
+
 async fn same_idempotency_key_and_plan_returns_the_existing_run(store: Store) {
     let doc = steps(vec![noop("a", &[], json!({"x": 1}))]);
     let mut first = new_run("r1", &doc);
@@ -120,6 +149,7 @@ async fn concurrent_submissions_with_one_idempotency_key_store_one_run(store: St
 
 contract_tests!(
     create_run_makes_roots_ready_and_others_pending_and_records_events,
+    create_run_detailed_returns_the_run_as_a_read_after_the_commit_finds_it,
     concurrent_submissions_with_one_idempotency_key_store_one_run,
     same_idempotency_key_and_plan_returns_the_existing_run,
     same_idempotency_key_with_a_different_plan_or_input_conflicts,
