@@ -144,6 +144,19 @@ pub(crate) struct StepInsert {
     pub not_before_local: Option<String>,
 }
 
+/// A new run with its plan (content-addressed, stored once).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunInsert<'a> {
+    pub run_id: &'a str,
+    pub plan_id: &'a str,
+    pub plan_body: &'a str,
+    pub input: &'a str,
+    pub context: &'a str,
+    pub idempotency_key: Option<&'a str>,
+    pub steps: i64,
+    pub now: i64,
+}
+
 /// One event to append.
 #[derive(Debug, Clone)]
 pub(crate) struct EventInsert {

@@ -17,18 +17,8 @@ use crate::rows::{AttemptClose, ChildRow, ClaimedRow, EventInsert, LeasedRow, St
 /// Statements shared by both dialects. Every method runs inside the caller's transaction.
 pub(crate) trait StepTx: Send {
     fn run_by_key(&mut self, key: &str) -> impl Future<Output = StoreResult<Option<(String, String, String)>>> + Send;
-    fn plan_insert(&mut self, id: &str, body: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
-    #[allow(clippy::too_many_arguments)]
-    fn run_insert(
-        &mut self,
-        run_id: &str,
-        plan_id: &str,
-        input: &str,
-        context: &str,
-        key: Option<&str>,
-        steps: i64,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Stores the plan unless its content hash is stored already, and the run.
+    fn run_insert(&mut self, run: &crate::rows::RunInsert<'_>) -> impl Future<Output = StoreResult<()>> + Send;
     fn steps_insert(
         &mut self,
         run_id: &str,
@@ -192,7 +182,7 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
 
 /// Implements [`StepTx`] for `sqlx::Transaction<'_, $db>` with the shared SQL.
 macro_rules! impl_step_tx {
-    ($db:ty, release: ($release_sql:expr, $release_parents:expr), events: $events:path) => {
+    ($db:ty, release: ($release_sql:expr, $release_parents:expr), events: $events:path, run_insert: $run_insert:path) => {
         impl $crate::tx::StepTx for sqlx::Transaction<'_, $db> {
             async fn run_by_key(&mut self, key: &str) -> $crate::error::StoreResult<Option<(String, String, String)>> {
                 Ok(sqlx::query_as::<$db, (String, String, String)>($crate::sql::RUN_BY_KEY)
@@ -200,31 +190,8 @@ macro_rules! impl_step_tx {
                     .fetch_optional(&mut **self)
                     .await?)
             }
-            async fn plan_insert(&mut self, id: &str, body: &str, now: i64) -> $crate::error::StoreResult<()> {
-                sqlx::query::<$db>($crate::sql::PLAN_INSERT).bind(id).bind(body).bind(now).execute(&mut **self).await?;
-                Ok(())
-            }
-            async fn run_insert(
-                &mut self,
-                run_id: &str,
-                plan_id: &str,
-                input: &str,
-                context: &str,
-                key: Option<&str>,
-                steps: i64,
-                now: i64,
-            ) -> $crate::error::StoreResult<()> {
-                sqlx::query::<$db>($crate::sql::RUN_INSERT)
-                    .bind(run_id)
-                    .bind(plan_id)
-                    .bind(input)
-                    .bind(context)
-                    .bind(key)
-                    .bind(steps)
-                    .bind(now)
-                    .execute(&mut **self)
-                    .await?;
-                Ok(())
+            async fn run_insert(&mut self, run: &$crate::rows::RunInsert<'_>) -> $crate::error::StoreResult<()> {
+                $run_insert(self, run).await
             }
             async fn steps_insert(
                 &mut self,

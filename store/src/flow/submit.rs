@@ -18,7 +18,7 @@ use super::event;
 use super::settle::{after_final_known, decide};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{CreateOutcome, NewRun, RunDetail, RunSummary, StepSummary};
-use crate::rows::{ChildRow, EventInsert, StepInsert};
+use crate::rows::{ChildRow, EventInsert, RunInsert, StepInsert};
 use crate::tx::StepTx;
 
 /// Content hash of a plan body: lowercase hex SHA-256.
@@ -59,8 +59,17 @@ pub(crate) async fn create_detailed<T: StepTx>(
     let now = run.now_ms;
     let context = serde_json::to_string(&run.plan.context).map_err(|e| StoreError::corrupt("plan.context", e))?;
     let steps = i64::try_from(run.plan.steps.len()).unwrap_or(i64::MAX);
-    tx.plan_insert(&plan_id, &body, now).await?;
-    tx.run_insert(&run.run_id, &plan_id, &input, &context, run.idempotency_key.as_deref(), steps, now).await?;
+    tx.run_insert(&RunInsert {
+        run_id: &run.run_id,
+        plan_id: &plan_id,
+        plan_body: &body,
+        input: &input,
+        context: &context,
+        idempotency_key: run.idempotency_key.as_deref(),
+        steps,
+        now,
+    })
+    .await?;
     let mut rows = step_rows(run)?;
     // A root with no `when` and no approval is ready at once whatever its trigger rule (it has no parents):
     // inserted as ready, it needs no decision statement, which keeps a 10,000-step submission to a few
