@@ -21,8 +21,8 @@ pub(crate) trait RunsTx: Send {
         &mut self,
         run_ids: &[&str],
     ) -> impl Future<Output = StoreResult<Vec<(String, String, Option<String>)>>> + Send;
-    /// Finishes the runs as `succeeded` unless they already finished; returns the ids finished now, in no
-    /// particular order.
+    /// Finishes the runs as `succeeded` unless they already finished or have a failed step; returns the ids
+    /// finished now, in no particular order.
     fn runs_succeed(&mut self, run_ids: &[&str], now: i64) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
 }
 
@@ -85,7 +85,10 @@ macro_rules! impl_runs_tx {
                     for run_id in chunk {
                         ids.push_bind(*run_id);
                     }
-                    q.push(") RETURNING id");
+                    q.push(
+                        ") AND NOT EXISTS (SELECT 1 FROM steps WHERE steps.run_id = runs.id \
+                         AND steps.status = 'failed') RETURNING id",
+                    );
                     finished.extend(q.build_query_scalar::<String>().persistent(false).fetch_all(&mut **self).await?);
                 }
                 Ok(finished)

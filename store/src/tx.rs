@@ -111,6 +111,9 @@ pub(crate) trait StepTx: Send {
         &mut self,
         run_id: &str,
     ) -> impl Future<Output = StoreResult<Vec<(String, Option<String>)>>> + Send;
+    /// Runs [`crate::sql::RUN_SUCCEED_IF_CLEAN`]: true when the run is now succeeded (it was open and no step
+    /// of it failed).
+    fn run_succeed_if_clean(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
     fn run_finish(
         &mut self,
         run_id: &str,
@@ -474,6 +477,14 @@ macro_rules! impl_step_tx {
                     .bind(run_id)
                     .fetch_all(&mut **self)
                     .await?)
+            }
+            async fn run_succeed_if_clean(&mut self, run_id: &str, now: i64) -> $crate::error::StoreResult<bool> {
+                let done = sqlx::query::<$db>($crate::sql::RUN_SUCCEED_IF_CLEAN)
+                    .bind(run_id)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(done.rows_affected() == 1)
             }
             async fn run_finish(
                 &mut self,

@@ -77,7 +77,13 @@ async fn c11_the_worker_aborts_each_attempt_at_its_timeout_and_frees_its_slot() 
         for (n, call) in [(1, first), (2, second)] {
             let ran = call.ended.unwrap() - call.started;
             assert!(ran <= STOPPED_WITHIN, "{backend:?}: attempt {n} was stopped after {ran:?}, not by 2.5 s");
-            assert!(ran >= Duration::from_millis(1_900), "{backend:?}: attempt {n} not before its timeout: {ran:?}");
+            // The service's view starts when the request reaches it, some time after the attempt started (on a
+            // loaded machine, hundreds of ms: 1.66 s was seen); "not before the timeout" is checked below on the
+            // orchestrator's clock, from the attempt's start.
+            assert!(
+                ran >= Duration::from_secs(1),
+                "{backend:?}: attempt {n} was cut short long before its timeout: {ran:?}"
+            );
         }
         assert!(second.started >= first.ended.unwrap(), "{backend:?}: the attempts never overlap at the service");
         let quick_call = calls.iter().find(|c| c.path == "/quick").expect("the quick step ran");
@@ -97,6 +103,10 @@ async fn c11_the_worker_aborts_each_attempt_at_its_timeout_and_frees_its_slot() 
             // (and the time a report takes on a busy machine).
             let took = failure["ended_at_ms"].as_i64().unwrap() - failure["started_at_ms"].as_i64().unwrap();
             assert!(took <= 3_000, "{backend:?}: attempt closed {took} ms after its start: {run:#}");
+            assert!(
+                took >= 1_990,
+                "{backend:?}: attempt closed {took} ms after its start, before its timeout: {run:#}"
+            );
         }
         let quick = orchestrator.wait_run(&quick_run, "it finishes", LIMIT, finished).await;
         assert_eq!(quick["status"], "succeeded", "{backend:?}: {quick:#}");

@@ -303,6 +303,12 @@ async fn finish_if_done<T: StepTx>(
     if open > 0 || cancel_requested != 0 {
         return Ok(());
     }
+    // Most runs end clean: one statement finishes them. Otherwise (a failed step, or the run already
+    // finished) the failed steps are read to name the root cause.
+    if tx.run_succeed_if_clean(run_id, now).await? {
+        events.push(event(run_id, None, "run_succeeded", json!({}), now));
+        return Ok(());
+    }
     let failed = tx.run_failed_steps(run_id).await?;
     finish_run(tx, run_id, &failed, now, events).await
 }
@@ -335,9 +341,9 @@ async fn finish_run<T: StepTx>(
 }
 
 /// [`close_run`] for several runs (`(run_id, closed)`, distinct runs) with set-based statements: one counter
-/// update for all, one read of the failed steps of those that reached zero, one finish for those that
-/// succeeded (runs with failed steps are finished one by one). `run_failed` events come first, then
-/// `run_succeeded` ones, each in `closing`'s order.
+/// update for all, one finish of those that reached zero with no failed step, and only when some of them did
+/// not finish so, one read of their failed steps (runs with failed steps are finished one by one).
+/// `run_failed` events come first, then `run_succeeded` ones, each in `closing`'s order.
 pub(crate) async fn close_runs<T: StepTx + RunsTx>(
     tx: &mut T,
     closing: &[(&str, i64)],
@@ -360,16 +366,20 @@ pub(crate) async fn close_runs<T: StepTx + RunsTx>(
     if ending.is_empty() {
         return Ok(());
     }
-    let mut failed: HashMap<String, Vec<(String, Option<String>)>> = HashMap::new();
-    for (run_id, step_id, error) in tx.runs_failed_steps(&ending).await? {
-        failed.entry(run_id).or_default().push((step_id, error));
+    // Most runs end clean: one statement finishes those; only the rest (a failed step, or already finished)
+    // have their failed steps read.
+    let succeeded: HashSet<String> = tx.runs_succeed(&ending, now).await?.into_iter().collect();
+    let rest: Vec<&str> = ending.iter().copied().filter(|id| !succeeded.contains(*id)).collect();
+    if !rest.is_empty() {
+        let mut failed: HashMap<String, Vec<(String, Option<String>)>> = HashMap::new();
+        for (run_id, step_id, error) in tx.runs_failed_steps(&rest).await? {
+            failed.entry(run_id).or_default().push((step_id, error));
+        }
+        for run_id in rest.into_iter().filter(|id| failed.contains_key(*id)) {
+            finish_run(tx, run_id, &failed[run_id], now, events).await?;
+        }
     }
-    let (clean, with_failures): (Vec<&str>, Vec<&str>) = ending.iter().partition(|id| !failed.contains_key(**id));
-    for run_id in with_failures {
-        finish_run(tx, run_id, &failed[run_id], now, events).await?;
-    }
-    let finished: HashSet<String> = tx.runs_succeed(&clean, now).await?.into_iter().collect();
-    for run_id in clean.into_iter().filter(|id| finished.contains(*id)) {
+    for run_id in ending.into_iter().filter(|id| succeeded.contains(*id)) {
         events.push(event(run_id, None, "run_succeeded", json!({}), now));
     }
     Ok(())
