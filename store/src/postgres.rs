@@ -13,14 +13,14 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{ChildRow, ClaimedRow, EventInsert, LeasedRow, RunInsert, StepSucceeded};
+use crate::rows::{ChildRow, ClaimedRow, EventInsert, LeasedRow, StepSucceeded};
 use crate::tx::{DialectTx, impl_step_tx};
 
 impl_step_tx!(
     Postgres,
     release: (crate::sql::RELEASE_POSTGRES, <[&str]>::to_vec),
     events: events_insert,
-    run_insert: run_insert
+    run_insert: (crate::sql::PLAN_RUN_INSERT_POSTGRES, stores_plan: true)
 );
 crate::runs_tx::impl_runs_tx!(Postgres);
 
@@ -57,22 +57,6 @@ const SUCCEED_MANY: &str = "WITH v AS (SELECT * FROM UNNEST($2::text[], $3::text
      closed AS (UPDATE attempts SET status = 'succeeded', ended_at = $1 FROM done \
        WHERE attempts.run_id = done.run_id AND attempts.step_id = done.step_id AND attempts.attempt = done.attempt) \
      SELECT run_id, step_id, child_count FROM done";
-
-/// Stores the plan (unless stored) and the run in one statement, [`crate::sql::PLAN_RUN_INSERT_POSTGRES`].
-async fn run_insert(tx: &mut Transaction<'_, Postgres>, run: &RunInsert<'_>) -> StoreResult<()> {
-    sqlx::query::<Postgres>(crate::sql::PLAN_RUN_INSERT_POSTGRES)
-        .bind(run.run_id)
-        .bind(run.plan_id)
-        .bind(run.input)
-        .bind(run.context)
-        .bind(run.idempotency_key)
-        .bind(run.steps)
-        .bind(run.now)
-        .bind(run.plan_body)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
 
 /// Appends events in the order given (their `id`s follow it): one prepared text for any number of rows, the
 /// columns bound as arrays.

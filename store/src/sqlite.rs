@@ -14,12 +14,12 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{AttemptClose, ClaimedRow, EventInsert, LeasedRow, RunInsert, StepSucceeded};
+use crate::rows::{AttemptClose, ClaimedRow, EventInsert, LeasedRow, StepSucceeded};
 use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Sqlite, release: (crate::sql::RELEASE_SQLITE, |parents: &[&str]| {
     serde_json::Value::from(parents.to_vec()).to_string()
-}), events: events_insert, run_insert: run_insert);
+}), events: events_insert, run_insert: (crate::sql::RUN_INSERT, stores_plan: false));
 crate::runs_tx::impl_runs_tx!(Sqlite);
 
 /// Leases due ready steps in one `UPDATE … RETURNING` (SQLite has one writer, so no row can be taken twice).
@@ -44,29 +44,6 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
 const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, \
      deadline_at, heartbeat_timeout_ms FROM steps WHERE status = 'running' AND lease_expires_at <= $1 \
      ORDER BY lease_expires_at LIMIT $2";
-
-/// Stores the plan (unless stored), then the run: [`crate::sql::PLAN_INSERT`], [`crate::sql::RUN_INSERT`] (SQLite
-/// has no data-modifying `WITH`; each statement is a hand-off to the connection's thread, not a network round
-/// trip).
-async fn run_insert(tx: &mut Transaction<'_, Sqlite>, run: &RunInsert<'_>) -> StoreResult<()> {
-    sqlx::query::<Sqlite>(crate::sql::PLAN_INSERT)
-        .bind(run.plan_id)
-        .bind(run.plan_body)
-        .bind(run.now)
-        .execute(&mut **tx)
-        .await?;
-    sqlx::query::<Sqlite>(crate::sql::RUN_INSERT)
-        .bind(run.run_id)
-        .bind(run.plan_id)
-        .bind(run.input)
-        .bind(run.context)
-        .bind(run.idempotency_key)
-        .bind(run.steps)
-        .bind(run.now)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
 
 /// Appends events in the order given (their `id`s follow it): multi-row inserts of up to 5,000 rows (5 binds a
 /// row, under SQLite's 32,766-parameter limit).
