@@ -144,6 +144,15 @@ pub(crate) struct StepInsert {
     pub not_before_local: Option<String>,
 }
 
+impl StepInsert {
+    /// When the step may be claimed if inserted `ready` at `now` (ms): its `not_before` timer, or now if that
+    /// has passed; `None` for a step not inserted ready. The insert, its `step_ready` event and the
+    /// submission's answer all use this value.
+    pub(crate) fn ready_at(&self, now: i64) -> Option<i64> {
+        (self.status == "ready").then(|| self.not_before_at.unwrap_or(now).max(now))
+    }
+}
+
 /// A new run with its plan (content-addressed, stored once).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RunInsert<'a> {

@@ -231,7 +231,6 @@ macro_rules! impl_step_tx {
                          available_at, not_before_at, not_before_local, updated_at, child_count) ",
                     );
                     q.push_values(chunk, |mut b, r| {
-                        let ready = r.status == "ready";
                         b.push_bind(run_id)
                             .push_bind(r.step_id.as_str())
                             .push_bind(r.position)
@@ -247,7 +246,7 @@ macro_rules! impl_step_tx {
                             .push_bind(r.approval.as_deref())
                             .push_bind(r.dep_count)
                             .push_bind(r.dep_count)
-                            .push_bind(if ready { Some(r.not_before_at.unwrap_or(now).max(now)) } else { None })
+                            .push_bind(r.ready_at(now))
                             .push_bind(r.not_before_at)
                             .push_bind(r.not_before_local.as_deref())
                             .push_bind(now)

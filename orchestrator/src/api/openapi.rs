@@ -44,8 +44,8 @@ pub(super) async fn document() -> Response {
                     "503": error_response("planner_unconfigured")}}},
             "/v1/runs": {
                 "post": {"summary": "submit a run: {plan, input?, idempotency_key?}",
-                    "responses": {"201": {"description": "the new run as its submission committed it (a ready root may \
-                        already have been claimed since)", "content": {"application/json": {"schema": run_ref.clone()}}},
+                    "responses": {"201": {"description": "the new run: as its submission committed it when no root needed \
+                        a decision, otherwise as read right after (either way a ready root may already have been claimed)", "content": {"application/json": {"schema": run_ref.clone()}}},
                         "200": {"description": "existing run for the idempotency key"},
                         "400": error_response("malformed JSON"), "409": error_response("idempotency key conflict"),
                         "413": error_response("body too large"), "415": error_response("not JSON"),

@@ -80,8 +80,7 @@ pub(crate) async fn create_detailed<T: StepTx>(
     tx.steps_insert(&run.run_id, &rows, now).await?;
     tx.edges_insert(&run.run_id, &edges(run)).await?;
     events.push(event(&run.run_id, None, "run_created", json!({"plan_id": plan_id, "steps": steps}), now));
-    for r in rows.iter().filter(|r| r.status == "ready") {
-        let available_at = r.not_before_at.unwrap_or(now).max(now);
+    for (r, available_at) in rows.iter().filter_map(|r| r.ready_at(now).map(|at| (r, at))) {
         events.push(event(&run.run_id, Some(&r.step_id), "step_ready", json!({"available_at": available_at}), now));
     }
     let roots: Vec<ChildRow> = rows
@@ -126,7 +125,7 @@ fn inserted_detail(run: &NewRun, plan_id: String, rows: &[StepInsert]) -> RunDet
             attempts: 0,
             output: None,
             error: None,
-            available_at_ms: (r.status == "ready").then(|| r.not_before_at.unwrap_or(now).max(now)),
+            available_at_ms: r.ready_at(now),
             not_before_at_ms: r.not_before_at,
             not_before_local: r.not_before_local.clone(),
             checkpoint: None,
