@@ -12,6 +12,8 @@ fn error_response(description: &str) -> Value {
 pub(super) async fn document() -> Response {
     let run_ref = json!({"$ref": "#/components/schemas/Run"});
     let ok_run = json!({"description": "the run", "content": {"application/json": {"schema": run_ref}}});
+    let submitted_run = "the new run: as its submission committed it when no root needed a decision, otherwise as \
+        read right after (either way a ready root may already have been claimed)";
     let id = json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}});
     Json(json!({
         "openapi": "3.1.0",
@@ -44,8 +46,7 @@ pub(super) async fn document() -> Response {
                     "503": error_response("planner_unconfigured")}}},
             "/v1/runs": {
                 "post": {"summary": "submit a run: {plan, input?, idempotency_key?}",
-                    "responses": {"201": {"description": "the new run: as its submission committed it when no root needed \
-                        a decision, otherwise as read right after (either way a ready root may already have been claimed)", "content": {"application/json": {"schema": run_ref.clone()}}},
+                    "responses": {"201": {"description": submitted_run, "content": {"application/json": {"schema": run_ref}}},
                         "200": {"description": "existing run for the idempotency key"},
                         "400": error_response("malformed JSON"), "409": error_response("idempotency key conflict"),
                         "413": error_response("body too large"), "415": error_response("not JSON"),
