@@ -24,8 +24,14 @@ impl_step_tx!(
 );
 crate::runs_tx::impl_runs_tx!(Postgres);
 
-/// Leases due ready steps, inserts their attempt rows and marks the runs they start running: one statement;
-/// rows locked by another claimer are skipped, not waited for. Index: `steps_ready_idx`, then primary keys.
+/// Leases due ready steps, inserts their attempt rows, marks the runs they start running, and appends the
+/// transaction's queued events ($6–$10, as [`EVENTS_INSERT`] binds them) followed by one `step_started` event per
+/// leased step: one statement, one round trip fewer per transaction than a separate events insert (issue 8).
+/// Rows locked by another claimer are skipped, not waited for. Index: `steps_ready_idx`, then primary keys.
+///
+/// The events get their `id`s in the order the insert's `ORDER BY n` gives: the queued ones in the order given,
+/// then the `step_started` ones in claim order. Their `data` is `{"attempt":N,"worker_id":"…"}`, the same
+/// compact text `serde_json` writes for that object (`to_json` escapes the worker id as JSON does).
 const CLAIM: &str = "WITH picked AS (SELECT run_id, step_id FROM steps WHERE status = 'ready' AND available_at <= $2 \
        AND action = ANY($4) ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED), \
      leased AS (UPDATE steps s SET status = 'running', attempt = s.attempt + 1, lease_owner = $1, \
@@ -38,7 +44,17 @@ const CLAIM: &str = "WITH picked AS (SELECT run_id, step_id FROM steps WHERE sta
      opened AS (INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status, started_at) \
        SELECT run_id, step_id, attempt, lease_id, action, $1, 'running', $2 FROM leased), \
      started AS (UPDATE runs SET status = 'running', updated_at = $2 \
-       WHERE status = 'pending' AND id IN (SELECT run_id FROM leased)) \
+       WHERE status = 'pending' AND id IN (SELECT run_id FROM leased)), \
+     logged AS (INSERT INTO run_events (run_id, step_id, kind, data, at) \
+       SELECT run_id, step_id, kind, data, at FROM ( \
+         SELECT run_id, step_id, kind, data, at, n \
+           FROM UNNEST($6::text[], $7::text[], $8::text[], $9::text[], $10::int8[]) WITH ORDINALITY \
+             AS q(run_id, step_id, kind, data, at, n) \
+         UNION ALL \
+         SELECT run_id, step_id, 'step_started', \
+             '{\"attempt\":' || attempt || ',\"worker_id\":' || to_json($1::text)::text || '}', $2, \
+             cardinality($6::text[]) + row_number() OVER (ORDER BY available_at, run_id, step_id) \
+           FROM leased) AS e ORDER BY n) \
      SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, checkpoint, \
        available_at FROM leased";
 
@@ -70,20 +86,37 @@ async fn events_insert(tx: &mut Transaction<'_, Postgres>, events: &[EventInsert
     if events.is_empty() {
         return Ok(());
     }
-    let runs: Vec<&str> = events.iter().map(|e| e.run_id.as_str()).collect();
-    let steps: Vec<Option<&str>> = events.iter().map(|e| e.step_id.as_deref()).collect();
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
-    let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
-    let at: Vec<i64> = events.iter().map(|e| e.at).collect();
+    let columns = EventColumns::of(events);
     sqlx::query::<Postgres>(EVENTS_INSERT)
-        .bind(runs)
-        .bind(steps)
-        .bind(kinds)
-        .bind(data)
-        .bind(at)
+        .bind(columns.runs)
+        .bind(columns.steps)
+        .bind(columns.kinds)
+        .bind(columns.data)
+        .bind(columns.at)
         .execute(&mut **tx)
         .await?;
     Ok(())
+}
+
+/// Events as one array per column, the way [`EVENTS_INSERT`] and [`CLAIM`] bind them.
+struct EventColumns<'a> {
+    runs: Vec<&'a str>,
+    steps: Vec<Option<&'a str>>,
+    kinds: Vec<&'a str>,
+    data: Vec<&'a str>,
+    at: Vec<i64>,
+}
+
+impl<'a> EventColumns<'a> {
+    fn of(events: &'a [EventInsert]) -> Self {
+        EventColumns {
+            runs: events.iter().map(|e| e.run_id.as_str()).collect(),
+            steps: events.iter().map(|e| e.step_id.as_deref()).collect(),
+            kinds: events.iter().map(|e| e.kind).collect(),
+            data: events.iter().map(|e| e.data.as_str()).collect(),
+            at: events.iter().map(|e| e.at).collect(),
+        }
+    }
 }
 
 /// Marks a step succeeded under its lease (fenced like every report), closes its attempt, releases its
@@ -182,16 +215,26 @@ impl DialectTx for Transaction<'_, Postgres> {
         req: &ClaimRequest,
         lease_ttl_ms: i64,
         _running: &HashSet<&str>,
+        events: &mut Vec<EventInsert>,
     ) -> StoreResult<Vec<ClaimedRow>> {
         // Relies on the plan `BEGIN` forces (no bitmap scan). Runs already running cost no round trip here.
-        Ok(sqlx::query_as::<Postgres, ClaimedRow>(CLAIM)
+        let queued = EventColumns::of(events);
+        let rows = sqlx::query_as::<Postgres, ClaimedRow>(CLAIM)
             .bind(&req.worker_id)
             .bind(req.now_ms)
             .bind(lease_ttl_ms)
             .bind(&req.actions)
             .bind(i64::from(req.limit))
+            .bind(queued.runs)
+            .bind(queued.steps)
+            .bind(queued.kinds)
+            .bind(queued.data)
+            .bind(queued.at)
             .fetch_all(&mut **self)
-            .await?)
+            .await?;
+        // Written by the statement: the commit must not write them again.
+        events.clear();
+        Ok(rows)
     }
 
     async fn succeed(&mut self, lease: &Lease, output: &str, now: i64) -> StoreResult<Option<StepSucceeded>> {

@@ -120,6 +120,7 @@ impl DialectTx for Transaction<'_, Sqlite> {
         req: &ClaimRequest,
         lease_ttl_ms: i64,
         running: &HashSet<&str>,
+        events: &mut Vec<EventInsert>,
     ) -> StoreResult<Vec<ClaimedRow>> {
         let actions = serde_json::to_string(&req.actions).map_err(|e| StoreError::corrupt("actions", e))?;
         let rows = sqlx::query_as::<Sqlite, ClaimedRow>(CLAIM)
@@ -139,6 +140,8 @@ impl DialectTx for Transaction<'_, Sqlite> {
                 attempt,
                 worker_id: req.worker_id.clone(),
             };
+            let data = serde_json::json!({"attempt": attempt, "worker_id": req.worker_id});
+            events.push(crate::flow::event(&row.run_id, Some(&row.step_id), "step_started", data, req.now_ms));
             attempts.push((lease, row.action.clone()));
         }
         self.attempts_insert(&attempts, req.now_ms).await?;

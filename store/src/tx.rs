@@ -144,14 +144,18 @@ pub(crate) trait StepTx: Send {
 
 /// Statements whose SQL differs between SQLite and PostgreSQL.
 pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
-    /// Leases up to `limit` ready, due steps of the given actions, inserts their attempt rows, and marks the
-    /// runs they start `running` (except those in `running`, known to be running already). Returns the leased
-    /// rows, in no particular order. PostgreSQL: one statement; SQLite: one per table.
+    /// Leases up to `limit` ready, due steps of the given actions, inserts their attempt rows, marks the runs
+    /// they start `running` (except those in `running`, known to be running already), and records a
+    /// `step_started` event per leased step after the events already queued in `events`. Returns the leased
+    /// rows, in no particular order. PostgreSQL: one statement, which also writes the queued events and the
+    /// `step_started` ones and leaves `events` empty (the commit's events insert is then one round trip saved);
+    /// SQLite: one statement per table, and the `step_started` events are appended to `events` for the commit.
     fn claim(
         &mut self,
         req: &ClaimRequest,
         lease_ttl_ms: i64,
         running: &HashSet<&str>,
+        events: &mut Vec<EventInsert>,
     ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
     /// Marks the step under `lease` succeeded with `output`, and its attempt row: `Some` when the lease was
     /// current (fenced by attempt, status and owner), `None` (nothing written) when it was not. PostgreSQL: one

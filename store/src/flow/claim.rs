@@ -27,8 +27,8 @@ pub(crate) async fn claim<T: DialectTx>(
     running: &HashSet<&str>,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<Vec<Claimed>> {
-    // Attempt rows and run statuses are written by the claim itself.
-    let rows = tx.claim(req, lease_ttl_ms, running).await?;
+    // Attempt rows, run statuses and `step_started` events are the claim's own (see `DialectTx::claim`).
+    let rows = tx.claim(req, lease_ttl_ms, running, events).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let lease = Lease {
@@ -37,8 +37,6 @@ pub(crate) async fn claim<T: DialectTx>(
             attempt: u32::try_from(row.attempt).map_err(|e| StoreError::corrupt("steps.attempt", e))?,
             worker_id: req.worker_id.clone(),
         };
-        let data = json!({"attempt": lease.attempt, "worker_id": req.worker_id});
-        events.push(event(&row.run_id, Some(&row.step_id), "step_started", data, req.now_ms));
         match resolve(tx, &row).await? {
             Ok(args) => out.push(claimed(row, lease, args, req.now_ms)?),
             Err(failure) => {

@@ -285,7 +285,54 @@ async fn a_batch_finishing_many_runs_closes_each_as_it_would_alone(store: Store)
     assert!(!has_event(&store, "r4", None, "run_succeeded").await);
 }
 
+async fn a_batchs_events_are_recorded_once_each_in_order_with_every_claims_step_started(store: Store) {
+    let doc = steps(vec![noop("a", &[], json!({})), noop("b1", &["a"], json!({})), noop("b2", &["a"], json!({}))]);
+    submit(&store, "r1", &doc).await;
+    let a = claim_one(&store, T0).await.lease;
+    // A worker id that JSON must escape: the `step_started` data is written by SQL on PostgreSQL.
+    let worker = "w\"2\\é";
+    let handoff = |_: usize| vec![request("waiting-worker", 4)];
+
+    let outcome = store
+        .report_batch(&[complete(&a, json!({}))], &[request(worker, 1)], LIMITS, TTL, T0 + 5, &handoff)
+        .await
+        .expect("the batch commits");
+
+    assert_eq!(outcome.claimed[0].len(), 1, "the worker's claim takes one of the released steps");
+    assert_eq!(outcome.handed[0].len(), 1, "the hand-off takes the other");
+    let claimed = &outcome.claimed[0][0];
+    let handed = &outcome.handed[0][0];
+    let history = events(&store, "r1").await;
+    let position = |kind: &str, step: &str| {
+        let found: Vec<usize> = history
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.kind == kind && e.step_id.as_deref() == Some(step))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(found.len(), 1, "exactly one {kind} event for {step}: {history:?}");
+        found[0]
+    };
+    let (claimed_id, handed_id) = (claimed.lease.step_id.as_str(), handed.lease.step_id.as_str());
+    assert!(
+        position("step_started", "a") < position("step_succeeded", "a")
+            && position("step_succeeded", "a") < position("step_ready", claimed_id)
+            && position("step_ready", claimed_id) < position("step_started", claimed_id)
+            && position("step_ready", handed_id) < position("step_started", claimed_id)
+            && position("step_started", claimed_id) < position("step_started", handed_id),
+        "reports' events, then the claim's, then the hand-off's: {history:?}"
+    );
+    let started = |step: &str| history.iter().find(|e| e.kind == "step_started" && e.step_id.as_deref() == Some(step));
+    let ours = started(claimed_id).expect("recorded");
+    assert_eq!(ours.data, json!({"attempt": 1, "worker_id": worker}), "the worker id survives escaping");
+    assert_eq!(ours.at_ms, T0 + 5);
+    assert_eq!(started(handed_id).expect("recorded").data, json!({"attempt": 1, "worker_id": "waiting-worker"}));
+    let ids: Vec<i64> = history.iter().map(|e| e.id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "event ids increase in history order: {ids:?}");
+}
+
 contract_tests!(
+    a_batchs_events_are_recorded_once_each_in_order_with_every_claims_step_started,
     a_batch_finishing_many_runs_closes_each_as_it_would_alone,
     a_cascade_from_a_batch_releases_level_by_level_and_skips_propagate_through_shared_dependents,
     a_workers_claims_in_one_batch_share_out_the_leased_steps_and_the_hand_off_gets_only_the_rest,
