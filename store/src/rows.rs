@@ -188,17 +188,3 @@ pub(crate) struct AttemptClose {
     pub suggestion: Option<String>,
     pub degraded: Option<i64>,
 }
-
-impl AttemptClose {
-    /// A successful attempt: no failure columns.
-    pub(crate) const SUCCEEDED: AttemptClose = AttemptClose {
-        status: "succeeded",
-        failure_code: None,
-        failure_message: None,
-        failure_details: None,
-        retryable: None,
-        retry_after_ms: None,
-        suggestion: None,
-        degraded: None,
-    };
-}

@@ -14,7 +14,7 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{AttemptClose, ClaimedRow, EventInsert, LeasedRow, StepSucceeded};
+use crate::rows::{ClaimedRow, EventInsert, LeasedRow, StepSucceeded};
 use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Sqlite, release: (crate::sql::RELEASE_SQLITE, |parents: &[&str]| {
@@ -97,23 +97,6 @@ async fn steps_succeed(
     Ok(succeeded)
 }
 
-/// Closes the attempts of steps that just succeeded, in one statement.
-async fn attempts_succeed(tx: &mut Transaction<'_, Sqlite>, leases: &[&Lease], now: i64) -> StoreResult<()> {
-    for chunk in leases.chunks(1000) {
-        let mut q = sqlx::QueryBuilder::<Sqlite>::new("UPDATE attempts SET status = 'succeeded', ended_at = ");
-        q.push_bind(now).push(
-            ", failure_code = NULL, failure_message = NULL, failure_details = NULL, retryable = NULL, \
-             retry_after_ms = NULL, suggestion = NULL, degraded = NULL FROM (",
-        );
-        q.push_values(chunk, |mut b, lease| {
-            b.push_bind(lease.run_id.as_str()).push_bind(lease.step_id.as_str()).push_bind(i64::from(lease.attempt));
-        });
-        q.push(") AS v WHERE attempts.run_id = v.column1 AND attempts.step_id = v.column2 AND attempts.attempt = v.column3");
-        q.build().persistent(false).execute(&mut **tx).await?;
-    }
-    Ok(())
-}
-
 impl DialectTx for Transaction<'_, Sqlite> {
     async fn claim(
         &mut self,
@@ -131,20 +114,12 @@ impl DialectTx for Transaction<'_, Sqlite> {
             .bind(i64::from(req.limit))
             .fetch_all(&mut **self)
             .await?;
-        let mut attempts = Vec::with_capacity(rows.len());
+        // The attempt rows were opened by the claim statement itself (trigger `steps_attempt_open`).
         for row in &rows {
             let attempt = u32::try_from(row.attempt).map_err(|e| StoreError::corrupt("steps.attempt", e))?;
-            let lease = Lease {
-                run_id: row.run_id.clone(),
-                step_id: row.step_id.clone(),
-                attempt,
-                worker_id: req.worker_id.clone(),
-            };
             let data = serde_json::json!({"attempt": attempt, "worker_id": req.worker_id});
             events.push(crate::flow::event(&row.run_id, Some(&row.step_id), "step_started", data, req.now_ms));
-            attempts.push((lease, row.action.clone()));
         }
-        self.attempts_insert(&attempts, req.now_ms).await?;
         let mut seen = HashSet::new();
         let run_ids: Vec<&str> =
             rows.iter().map(|r| r.run_id.as_str()).filter(|id| !running.contains(id) && seen.insert(*id)).collect();
@@ -153,26 +128,16 @@ impl DialectTx for Transaction<'_, Sqlite> {
     }
 
     async fn succeed(&mut self, lease: &Lease, output: &str, now: i64) -> StoreResult<Option<StepSucceeded>> {
+        // The attempt is closed by the same statement (trigger `steps_attempt_succeeded`).
         let Some(child_count) = self.step_succeed(lease, output, now).await? else {
             return Ok(None);
         };
-        self.attempt_close(lease, &AttemptClose::SUCCEEDED, now).await?;
         Ok(Some(StepSucceeded { child_count, run_counter: None, released: None }))
     }
 
     async fn succeed_many(&mut self, done: &[(&Lease, &str)], now: i64) -> StoreResult<Vec<(String, String, i64)>> {
-        let succeeded = steps_succeed(self, done, now).await?;
-        let current: HashSet<(&str, &str)> =
-            succeeded.iter().map(|(run, step, _)| (run.as_str(), step.as_str())).collect();
-        let closed: Vec<&Lease> = done
-            .iter()
-            .map(|(lease, _)| *lease)
-            .filter(|l| current.contains(&(l.run_id.as_str(), l.step_id.as_str())))
-            .collect();
-        if !closed.is_empty() {
-            attempts_succeed(self, &closed, now).await?;
-        }
-        Ok(succeeded)
+        // The attempts are closed by the same statement (trigger `steps_attempt_succeeded`).
+        steps_succeed(self, done, now).await
     }
 
     async fn heartbeat(

@@ -31,12 +31,6 @@ pub(crate) trait StepTx: Send {
         edges: &[(String, String)],
     ) -> impl Future<Output = StoreResult<()>> + Send;
     fn events_insert(&mut self, events: &[EventInsert]) -> impl Future<Output = StoreResult<()>> + Send;
-    /// One multi-row insert for the attempts of one claim (`(lease, action)` pairs).
-    fn attempts_insert(
-        &mut self,
-        attempts: &[(Lease, String)],
-        now: i64,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
     /// Marks pending runs running (their first claim), in one statement.
     fn runs_mark_running(&mut self, run_ids: &[&str], now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     fn step_leased(&mut self, lease: &Lease) -> impl Future<Output = StoreResult<Option<LeasedRow>>> + Send;
@@ -149,7 +143,8 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
     /// `step_started` event per leased step after the events already queued in `events`. Returns the leased
     /// rows, in no particular order. PostgreSQL: one statement, which also writes the queued events and the
     /// `step_started` ones and leaves `events` empty (the commit's events insert is then one round trip saved);
-    /// SQLite: one statement per table, and the `step_started` events are appended to `events` for the commit.
+    /// SQLite: the claim statement (whose trigger opens the attempt rows), one more for runs not yet running,
+    /// and the `step_started` events are appended to `events` for the commit.
     fn claim(
         &mut self,
         req: &ClaimRequest,
@@ -159,8 +154,8 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
     ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
     /// Marks the step under `lease` succeeded with `output`, and its attempt row: `Some` when the lease was
     /// current (fenced by attempt, status and owner), `None` (nothing written) when it was not. PostgreSQL: one
-    /// statement, which also counts the step against its run ([`StepSucceeded::run_counter`]); SQLite: two, and
-    /// the run is counted later by the cascade.
+    /// statement, which also counts the step against its run ([`StepSucceeded::run_counter`]); SQLite: one (its
+    /// trigger closes the attempt), and the run is counted later by the cascade.
     fn succeed(
         &mut self,
         lease: &Lease,
@@ -169,7 +164,7 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
     ) -> impl Future<Output = StoreResult<Option<StepSucceeded>>> + Send;
     /// [`DialectTx::succeed`] for many leases naming distinct steps: returns `(run_id, step_id, child_count)` of
     /// the steps whose lease was current, in no particular order. PostgreSQL: one statement (leases as arrays);
-    /// SQLite: two.
+    /// SQLite: one (`UPDATE … FROM (VALUES …)`, its trigger closing the attempts).
     fn succeed_many(
         &mut self,
         done: &[(&Lease, &str)],
@@ -272,30 +267,6 @@ macro_rules! impl_step_tx {
             }
             async fn events_insert(&mut self, events: &[$crate::rows::EventInsert]) -> $crate::error::StoreResult<()> {
                 $events(self, events).await
-            }
-            async fn attempts_insert(
-                &mut self,
-                attempts: &[($crate::model::Lease, String)],
-                now: i64,
-            ) -> $crate::error::StoreResult<()> {
-                // 7 binds per row: far under either database's limit for one claim (at most 256 steps).
-                for chunk in attempts.chunks(1000) {
-                    let mut q = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status, started_at) ",
-                    );
-                    q.push_values(chunk, |mut b, (lease, action)| {
-                        b.push_bind(lease.run_id.as_str())
-                            .push_bind(lease.step_id.as_str())
-                            .push_bind(i64::from(lease.attempt))
-                            .push_bind(format!("{}/{}/{}", lease.run_id, lease.step_id, lease.attempt))
-                            .push_bind(action.as_str())
-                            .push_bind(lease.worker_id.as_str())
-                            .push_bind("running")
-                            .push_bind(now);
-                    });
-                    q.build().execute(&mut **self).await?;
-                }
-                Ok(())
             }
             async fn runs_mark_running(&mut self, run_ids: &[&str], now: i64) -> $crate::error::StoreResult<()> {
                 if let [run_id] = run_ids {

@@ -53,6 +53,22 @@ async fn claim_respects_the_limit_and_starts_attempt_one(store: Store) {
     let attempts = store.attempts("r1").await.expect("attempts");
     assert_eq!(attempts.len(), 5, "each claim records one attempt");
     assert!(attempts.iter().all(|a| a.status == "running" && a.attempt == 1));
+    assert!(
+        attempts
+            .iter()
+            .all(|a| a.worker_id.as_deref() == Some("w1") && a.started_at_ms == T0 && a.ended_at_ms.is_none()),
+        "an open attempt names its worker and start: {attempts:?}"
+    );
+    let s0 = first.iter().chain(&rest).find(|c| c.lease.step_id == "s0").expect("s0 was claimed");
+    assert_eq!(super::support::complete(&store, &s0.lease, &json!({}), T0 + 7).await, cairn_store::Report::Succeeded);
+    let closed = store.attempts("r1").await.expect("attempts");
+    let s0_attempt = closed.iter().find(|a| a.step_id == "s0").expect("s0's attempt");
+    assert_eq!(
+        (s0_attempt.status.as_str(), s0_attempt.ended_at_ms),
+        ("succeeded", Some(T0 + 7)),
+        "a success closes it"
+    );
+    assert_eq!(closed.iter().filter(|a| a.status == "running").count(), 4, "the other attempts stay open");
 }
 
 async fn claim_resolves_placeholders_from_persisted_outputs(store: Store) {
