@@ -61,6 +61,7 @@ mod contract {
     mod cancel;
     mod claim;
     mod concurrency;
+    mod event_order;
     mod finish;
     pub mod lease;
     mod read;
