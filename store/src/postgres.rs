@@ -24,15 +24,34 @@ impl_step_tx!(
 );
 crate::runs_tx::impl_runs_tx!(Postgres);
 
+/// The `FROM` item every events insert joins before drawing ids: locks the rows of the runs named by the
+/// subquery `$ids` (`FOR NO KEY UPDATE`, in id order, held to the commit). The aggregate completes before the
+/// first row is inserted, so before any id is drawn. Ids come from one sequence drawn before the commit, so
+/// without the lock two transactions writing events of one run could commit in the other order than their ids,
+/// and a reader paging by `id > cursor` (`GET /v1/runs/{id}/events`, its live stream, `cairn logs`) could move
+/// past an event still uncommitted and never see it; with it, a run's events become visible in id order. A row
+/// lock: other runs do not wait, and the foreign-key checks' `KEY SHARE` locks do not conflict with it.
+macro_rules! lock_runs {
+    ($ids:literal) => {
+        concat!(
+            "(SELECT count(*) AS runs_locked FROM (SELECT id FROM runs WHERE id IN (",
+            $ids,
+            ") ORDER BY id FOR NO KEY UPDATE) AS r) AS l"
+        )
+    };
+}
+
 /// Leases due ready steps, inserts their attempt rows, marks the runs they start running, and appends the
 /// transaction's queued events ($6–$10, as [`EVENTS_INSERT`] binds them) followed by one `step_started` event per
 /// leased step: one statement, one round trip fewer per transaction than a separate events insert (issue 8).
 /// Rows locked by another claimer are skipped, not waited for. Index: `steps_ready_idx`, then primary keys.
 ///
 /// The events get their `id`s in the order the insert's `ORDER BY n` gives: the queued ones in the order given,
-/// then the `step_started` ones in claim order; their runs are locked first, as [`EVENTS_INSERT`] explains. Their `data` is `{"attempt":N,"worker_id":"…"}`, the same
-/// compact text `serde_json` writes for that object (`to_json` escapes the worker id as JSON does).
-const CLAIM: &str = "WITH picked AS (SELECT run_id, step_id FROM steps WHERE status = 'ready' AND available_at <= $2 \
+/// then the `step_started` ones in claim order; their runs are locked first ([`lock_runs!`]). Their `data` is
+/// `{"attempt":N,"worker_id":"…"}`, the same compact text `serde_json` writes for that object (`to_json` escapes
+/// the worker id as JSON does).
+const CLAIM: &str = concat!(
+    "WITH picked AS (SELECT run_id, step_id FROM steps WHERE status = 'ready' AND available_at <= $2 \
        AND action = ANY($4) ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED), \
      leased AS (UPDATE steps s SET status = 'running', attempt = s.attempt + 1, lease_owner = $1, \
        lease_id = s.run_id || '/' || s.step_id || '/' || (s.attempt + 1), started_at = $2, heartbeat_at = $2, \
@@ -54,13 +73,12 @@ const CLAIM: &str = "WITH picked AS (SELECT run_id, step_id FROM steps WHERE sta
          SELECT run_id, step_id, 'step_started', \
              '{\"attempt\":' || attempt || ',\"worker_id\":' || to_json($1::text)::text || '}', $2, \
              cardinality($6::text[]) + row_number() OVER (ORDER BY available_at, run_id, step_id) \
-           FROM leased) AS e, \
-         (SELECT count(*) AS runs_locked FROM (SELECT id FROM runs \
-           WHERE id IN (SELECT run_id FROM leased UNION SELECT unnest($6::text[])) ORDER BY id FOR NO KEY UPDATE) \
-           AS r) AS l \
-       ORDER BY n) \
+           FROM leased) AS e, ",
+    lock_runs!("SELECT run_id FROM leased UNION SELECT unnest($6::text[])"),
+    " ORDER BY n) \
      SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, checkpoint, \
-       available_at FROM leased";
+       available_at FROM leased"
+);
 
 /// Marks many steps succeeded under their leases and closes their attempts: one statement whose text does not
 /// depend on the batch size (the leases arrive as arrays, one per column), so it is prepared once per connection
@@ -79,22 +97,16 @@ const SUCCEED_MANY: &str = "WITH v AS (SELECT * FROM UNNEST($2::text[], $3::text
      SELECT run_id, step_id, child_count FROM done";
 
 /// Appends events in the order given (their `id`s follow it): one prepared text for any number of rows, the
-/// columns bound as arrays.
-///
-/// First it locks the events' runs (`FOR NO KEY UPDATE`, in id order; the aggregate completes before the first
-/// row is inserted, so before any id is drawn), and the locks last until the commit. Ids come from one sequence
-/// drawn before the commit, so without the lock two transactions writing events of one run could commit in the
-/// other order than their ids, and a reader paging by `id > cursor` (`GET /v1/runs/{id}/events`, its live
-/// stream, `cairn logs`) could move past an event still uncommitted and never see it. With it, a run's events
-/// become visible in id order. [`CLAIM`] takes the same locks for the events it writes. A row lock, not a table
-/// lock: runs do not wait for each other, and the foreign-key checks' `KEY SHARE` locks do not conflict with it.
-const EVENTS_INSERT: &str = "INSERT INTO run_events (run_id, step_id, kind, data, at) \
+/// columns bound as arrays. Their runs are locked first ([`lock_runs!`]), as [`CLAIM`] does for the events it
+/// writes.
+const EVENTS_INSERT: &str = concat!(
+    "INSERT INTO run_events (run_id, step_id, kind, data, at) \
      SELECT run_id, step_id, kind, data, at \
      FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[]) WITH ORDINALITY \
-       AS e(run_id, step_id, kind, data, at, n), \
-     (SELECT count(*) AS runs_locked FROM (SELECT id FROM runs WHERE id = ANY($1::text[]) \
-       ORDER BY id FOR NO KEY UPDATE) AS r) AS l \
-     ORDER BY n";
+       AS e(run_id, step_id, kind, data, at, n), ",
+    lock_runs!("SELECT unnest($1::text[])"),
+    " ORDER BY n"
+);
 
 /// Runs [`EVENTS_INSERT`].
 async fn events_insert(tx: &mut Transaction<'_, Postgres>, events: &[EventInsert]) -> StoreResult<()> {
