@@ -184,7 +184,7 @@ pub(crate) const RUN_GET: &str = "SELECT id, plan_id, status, input, step_count,
 
 /// Runs, newest first, optionally by status. Index: `runs_status_created_idx` or a scan of `runs`.
 pub(crate) const RUNS_LIST: &str = "SELECT id, plan_id, status, input, step_count, open_steps, failure, created_at, \
-     finished_at FROM runs WHERE (CAST($1 AS TEXT) IS NULL OR status = CAST($1 AS TEXT)) ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3";
+     finished_at FROM runs WHERE (CAST($1 AS TEXT) IS NULL OR status = CAST($1 AS TEXT)) ORDER BY created_at DESC, id DESC LIMIT $2 + 0 OFFSET $3 + 0";
 
 /// Steps of a run in plan order. Index: `steps` PK prefix.
 pub(crate) const STEPS_OF_RUN: &str = "SELECT step_id, action, status, attempt, output, error, available_at, \
@@ -197,7 +197,7 @@ pub(crate) const ATTEMPTS_OF_RUN: &str = "SELECT step_id, attempt, worker_id, st
 
 /// Events of a run after a sequence number. Index: `run_events_run_idx`.
 pub(crate) const EVENTS_OF_RUN: &str =
-    "SELECT id, step_id, kind, data, at FROM run_events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3";
+    "SELECT id, step_id, kind, data, at FROM run_events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3 + 0";
 
 /// Number of step rows of a run (integrity check). Index: `steps` PK prefix.
 pub(crate) const STEP_ROWS: &str = "SELECT COUNT(*) FROM steps WHERE run_id = $1";
@@ -206,7 +206,7 @@ pub(crate) const STEP_ROWS: &str = "SELECT COUNT(*) FROM steps WHERE run_id = $1
 /// paging, not OFFSET: the check fails broken runs as it goes, which removes them from this set, so an offset
 /// would skip as many open runs as were failed on the previous page. Index: `runs_status_created_idx`.
 pub(crate) const OPEN_RUNS: &str = "SELECT id, step_count, created_at FROM runs WHERE status IN ('pending', 'running') \
-     AND (created_at > $1 OR (created_at = $1 AND id > $2)) ORDER BY created_at, id LIMIT $3";
+     AND (created_at > $1 OR (created_at = $1 AND id > $2)) ORDER BY created_at, id LIMIT $3 + 0";
 
 /// Register or refresh a worker. Index: `workers` PK.
 pub(crate) const WORKER_UPSERT: &str = "INSERT INTO workers (id, actions, registered_at, last_seen_at) \

@@ -27,7 +27,7 @@ pub(crate) const SCHEDULE_OPEN_RUNS: &str = "SELECT t.run_id FROM schedule_ticks
 
 /// Approvals whose deadline passed. Index: `steps_approval_idx`.
 pub(crate) const APPROVALS_DUE: &str = "SELECT run_id, step_id, approval, not_before_at, available_at FROM steps \
-     WHERE status = 'waiting_approval' AND available_at <= $1 ORDER BY available_at LIMIT $2";
+     WHERE status = 'waiting_approval' AND available_at <= $1 ORDER BY available_at LIMIT $2 + 0";
 
 /// One step's approval state. Index: `steps` PK.
 pub(crate) const APPROVAL_ROW: &str = "SELECT run_id, step_id, approval, not_before_at, available_at FROM steps \
@@ -51,7 +51,7 @@ pub(crate) const EVENT_INSERT: &str =
 /// Events of a name (and key, when given) received since `$2`, oldest first. Index: `events_in_name_idx`.
 pub(crate) const EVENTS_SINCE: &str = "SELECT id, name, key, payload, received_at FROM events_in \
      WHERE name = $1 AND received_at >= $2 AND (CAST($3 AS TEXT) IS NULL OR key = CAST($3 AS TEXT)) \
-     ORDER BY received_at, id LIMIT $4";
+     ORDER BY received_at, id LIMIT $4 + 0";
 
 /// Waits for an event name. Index: `event_waits_name_idx`.
 pub(crate) const WAITS_FOR: &str = "SELECT run_id, step_id, attempt, name, key, filter, since_at, deadline_at, \
@@ -59,7 +59,7 @@ pub(crate) const WAITS_FOR: &str = "SELECT run_id, step_id, attempt, name, key, 
 
 /// Waits whose deadline passed. Index: `event_waits_deadline_idx`.
 pub(crate) const WAITS_DUE: &str = "SELECT run_id, step_id, attempt, name, key, filter, since_at, deadline_at, \
-     on_timeout, timeout_output FROM event_waits WHERE deadline_at <= $1 ORDER BY deadline_at LIMIT $2";
+     on_timeout, timeout_output FROM event_waits WHERE deadline_at <= $1 ORDER BY deadline_at LIMIT $2 + 0";
 
 /// Start waiting. Index: PK (a re-run attempt replaces the row of the previous one).
 pub(crate) const WAIT_INSERT: &str = "INSERT INTO event_waits (run_id, step_id, attempt, name, key, filter, \

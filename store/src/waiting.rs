@@ -52,15 +52,15 @@ const SCHEDULES_LIST: &str = concat!(schedule_select!(), " ORDER BY id");
 
 /// Active schedules due at `$1`. Index: `schedules_due_idx`.
 const SCHEDULES_DUE: &str =
-    concat!(schedule_select!(), " WHERE paused = 0 AND next_fire_at <= $1 ORDER BY next_fire_at LIMIT $2");
+    concat!(schedule_select!(), " WHERE paused = 0 AND next_fire_at <= $1 ORDER BY next_fire_at LIMIT $2 + 0");
 
 /// Ticks of a schedule, newest first. Index: `schedule_ticks` PK prefix.
 const TICKS_OF: &str = "SELECT fire_at, run_id, outcome, detail, created_at FROM schedule_ticks \
-     WHERE schedule_id = $1 ORDER BY fire_at DESC LIMIT $2";
+     WHERE schedule_id = $1 ORDER BY fire_at DESC LIMIT $2 + 0";
 
 /// Steps waiting for approval across runs, oldest first. Index: `steps_approval_idx`.
 const APPROVALS_PENDING: &str = "SELECT run_id, step_id, action, approval, available_at, updated_at FROM steps \
-     WHERE status = 'waiting_approval' ORDER BY updated_at, run_id, step_id LIMIT $1";
+     WHERE status = 'waiting_approval' ORDER BY updated_at, run_id, step_id LIMIT $1 + 0";
 
 /// Runs `$body` with `$pool` bound to the backend's pool and `$db` aliased to its database type.
 macro_rules! with_pool {
