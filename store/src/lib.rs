@@ -27,6 +27,7 @@ mod sql;
 mod sqlite;
 pub mod stats;
 mod tx;
+mod writer;
 
 use sqlx::{PgPool, SqlitePool};
 
@@ -35,6 +36,7 @@ pub use flow::batch::Handoff;
 pub use flow::control::OperatorAction;
 pub use flow::finish::{Report, ReportLimits};
 pub use model::*;
+pub use writer::BatchWriter;
 
 /// SQLite migrations (`migrations/sqlite`), embedded in the binary.
 pub static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");

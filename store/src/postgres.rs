@@ -5,6 +5,7 @@
 //! `UPDATE` fenced by status and attempt number.
 
 use sqlx::Connection;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPoolOptions;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -341,14 +342,28 @@ pub(crate) async fn begin(pool: &PgPool) -> StoreResult<Transaction<'static, Pos
     }
 }
 
+/// Begins a write transaction (see [`BEGIN`]) on the connection `held`, first taking one from `pool` when none is
+/// held. The error is sqlx's own, so the caller can tell a connection that was already closed at `BEGIN`
+/// ([`lost_connection`]: nothing was applied; drop it and begin again) from another failure.
+pub(crate) async fn begin_on<'c>(
+    held: &'c mut Option<PoolConnection<Postgres>>,
+    pool: &PgPool,
+) -> Result<Transaction<'c, Postgres>, sqlx::Error> {
+    let connection = match held {
+        Some(connection) => connection,
+        None => held.insert(pool.acquire().await?),
+    };
+    connection.begin_with(BEGIN).await
+}
+
 /// Whether `e` says the connection itself is gone (not that the database refused something).
-fn lost_connection(e: &sqlx::Error) -> bool {
+pub(crate) fn lost_connection(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Io(_))
         || matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P")))
 }
 
 /// Size of the connection pool.
-const MAX_CONNECTIONS: u32 = 16;
+pub(crate) const MAX_CONNECTIONS: u32 = 16;
 
 /// A pooled connection idle longer than this is pinged before it is handed out.
 const PING_AFTER_IDLE: Duration = Duration::from_secs(1);

@@ -1,10 +1,32 @@
 //! PostgreSQL connections that die under the store: the pool does not ping a busy connection before each
-//! transaction (`store/src/postgres.rs`), so a write transaction whose connection was closed by the server must
-//! begin again on another one instead of failing.
+//! transaction (`store/src/postgres.rs`), and the batch writer keeps its connection between batches
+//! (`store/src/writer.rs`), so a write transaction whose connection was closed by the server must begin again on
+//! another one instead of failing.
 
-use cairn_store::Store;
+use cairn_store::{ClaimRequest, ReportLimits, Store};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection};
+use sqlx::{ConnectOptions, Connection, PgConnection};
+
+/// A store on the test's database, migrated, and the database's name.
+async fn store_on(options: &PgConnectOptions) -> (Store, String) {
+    let database = options.get_database().expect("sqlx::test names the database").to_owned();
+    let url = format!("postgres://{}@{}:{}/{database}", options.get_username(), options.get_host(), options.get_port());
+    let store = Store::connect(&url).await.expect("the store connects");
+    store.migrate().await.expect("migrations apply");
+    (store, database)
+}
+
+/// Runs `sql` (one `$1`: the database's name) in a separate session and returns its count.
+async fn count_sessions(admin: &mut PgConnection, sql: &'static str, database: &str) -> i64 {
+    sqlx::query_scalar(sql).bind(database).fetch_one(admin).await.expect("sessions counted")
+}
+
+/// Ends every other session of `database` (the server closes them); returns how many.
+async fn end_every_session(admin: &mut PgConnection, database: &str) -> i64 {
+    let ended = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE datname = $1 AND pid <> pg_backend_pid()";
+    count_sessions(admin, ended, database).await
+}
 
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
@@ -12,25 +34,45 @@ async fn a_write_right_after_the_server_ended_every_session_goes_through(
     _pool: PgPoolOptions,
     options: PgConnectOptions,
 ) {
-    let database = options.get_database().expect("sqlx::test names the database").to_owned();
-    let url = format!("postgres://{}@{}:{}/{database}", options.get_username(), options.get_host(), options.get_port());
-    let store = Store::connect(&url).await.expect("the store connects");
-    store.migrate().await.expect("migrations apply");
+    let (store, database) = store_on(&options).await;
     for _ in 0..4 {
         assert!(!store.cancel_run("no-such-run", 1).await.expect("a write before"), "nothing to cancel");
     }
     let mut admin = options.connect().await.expect("a separate session");
-    let ended: i64 = sqlx::query_scalar(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
-    )
-    .bind(&database)
-    .fetch_one(&mut admin)
-    .await
-    .expect("sessions ended");
+    let ended = end_every_session(&mut admin, &database).await;
     assert!(ended >= 1, "the store's pooled connections were ended ({ended})");
     admin.close().await.expect("closed");
 
     let after = store.cancel_run("no-such-run", 2).await;
 
     assert!(matches!(after, Ok(false)), "the write began again on a new connection: {after:?}");
+}
+
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn the_batch_writer_begins_on_a_fresh_connection_after_the_server_ended_its_own(
+    _pool: PgPoolOptions,
+    options: PgConnectOptions,
+) {
+    let (store, database) = store_on(&options).await;
+    let mut writer = store.batch_writer();
+    let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 4, now_ms: 1 };
+    let limits = ReportLimits { max_output_bytes: 1024 };
+    let nobody = |_: usize| Vec::new();
+    let before = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 1, &nobody).await;
+    assert!(before.is_ok(), "a batch before: {before:?}");
+    let mut admin = options.connect().await.expect("a separate session");
+    let committed = "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = $1 AND pid <> pg_backend_pid() AND query = 'COMMIT'";
+    let held = count_sessions(&mut admin, committed, &database).await;
+    assert!(held >= 1, "the writer's connection is open, its last statement the batch's commit ({held})");
+    let ended = end_every_session(&mut admin, &database).await;
+    assert!(ended >= held, "every session was ended, the writer's among them ({ended})");
+    admin.close().await.expect("closed");
+
+    let after = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 2, &nobody).await;
+
+    let claimed = after.expect("the batch began again on a new connection").claimed;
+    assert_eq!(claimed.len(), 1, "one answer for the one claim");
+    assert!(claimed[0].is_empty(), "nothing is ready in an empty database");
 }

@@ -15,7 +15,9 @@
 
 use std::sync::{Mutex, Weak};
 
-use cairn_store::{BatchOutcome, ClaimRequest, Claimed, Report, ReportItem, ReportKind, StoreError, StoreResult};
+use cairn_store::{
+    BatchOutcome, BatchWriter, ClaimRequest, Claimed, Report, ReportItem, ReportKind, StoreError, StoreResult,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use super::waiters::Waiter;
@@ -59,9 +61,12 @@ pub(super) fn queue() -> (CommitQueue, mpsc::Receiver<Pending>) {
 pub(super) fn spawn_writer(engine: Weak<Inner>, mut queue: mpsc::Receiver<Pending>) {
     tokio::spawn(async move {
         let mut batch = Vec::with_capacity(MAX_BATCH);
+        // Made with the first batch (the store lives in the engine); holds its connection between batches.
+        let mut writer: Option<BatchWriter> = None;
         while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
             let Some(inner) = engine.upgrade() else { break };
-            Engine { inner }.write(std::mem::take(&mut batch)).await;
+            let writer = writer.get_or_insert_with(|| inner.store.batch_writer());
+            Engine { inner }.write(writer, std::mem::take(&mut batch)).await;
         }
     });
 }
@@ -120,7 +125,7 @@ impl Engine {
     }
 
     /// Writes one batch and answers its callers and hand-offs.
-    async fn write(&self, pending: Vec<Pending>) {
+    async fn write(&self, writer: &mut BatchWriter, pending: Vec<Pending>) {
         let batch = Batch::split(pending);
         let now = self.now_ms();
         let taken: Mutex<Option<Vec<Waiter>>> = Mutex::new(None);
@@ -131,9 +136,7 @@ impl Engine {
             let waiters = slot.get_or_insert_with(|| self.inner.waiters.take(due));
             waiters.iter().map(|w| w.request.clone()).collect()
         };
-        let result = self
-            .inner
-            .store
+        let result = writer
             .report_batch(&batch.reports, &batch.claims, self.report_limits(), self.lease_ttl_ms(), now, &handoff)
             .await;
         let waiters = taken.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).unwrap_or_default();

@@ -331,7 +331,47 @@ async fn a_batchs_events_are_recorded_once_each_in_order_with_every_claims_step_
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "event ids increase in history order: {ids:?}");
 }
 
+async fn a_batch_writer_runs_a_chain_to_its_end_deciding_each_batch_as_the_store_does(store: Store) {
+    let doc = steps(vec![noop("a", &[], json!({})), noop("b", &["a"], json!({})), noop("c", &["b"], json!({}))]);
+    submit(&store, "r1", &doc).await;
+    let mut writer = store.batch_writer();
+    let nobody = |_: usize| Vec::new();
+    let first = writer.report_batch(&[], &[request("w1", 4)], LIMITS, TTL, T0, &nobody).await.expect("commits");
+    let mut lease = first.claimed[0][0].lease.clone();
+    assert_eq!(lease.step_id, "a", "a claim alone leases the root");
+
+    for (now, next) in [(T0 + 1, "b"), (T0 + 2, "c")] {
+        let outcome = writer
+            .report_batch(
+                &[complete(&lease, json!({"done": lease.step_id}))],
+                &[request("w1", 1)],
+                LIMITS,
+                TTL,
+                now,
+                &nobody,
+            )
+            .await
+            .expect("the batch commits");
+        assert_eq!(outcome.reports, [Report::Succeeded]);
+        let claimed: Vec<&str> = outcome.claimed[0].iter().map(|c| c.lease.step_id.as_str()).collect();
+        assert_eq!(claimed, [next], "the completion's claim takes the dependent it released");
+        lease = outcome.claimed[0][0].lease.clone();
+    }
+    let last = writer.report_batch(&[complete(&lease, json!({}))], &[], LIMITS, TTL, T0 + 3, &nobody).await;
+
+    assert_eq!(last.expect("the last batch commits").reports, [Report::Succeeded]);
+    assert_eq!(run(&store, "r1").await.status, "succeeded", "the writer's batches finished the run");
+    assert_eq!(step(&store, "r1", "b").await.output, Some(json!({"done": "b"})), "outputs are the writer's");
+    let again = writer.report_batch(&[complete(&lease, json!({}))], &[], LIMITS, TTL, T0 + 4, &nobody).await;
+    assert_eq!(
+        again.expect("answers").reports,
+        [Report::Stale],
+        "a repeated report is fenced on the held connection too"
+    );
+}
+
 contract_tests!(
+    a_batch_writer_runs_a_chain_to_its_end_deciding_each_batch_as_the_store_does,
     a_batchs_events_are_recorded_once_each_in_order_with_every_claims_step_started,
     a_batch_finishing_many_runs_closes_each_as_it_would_alone,
     a_cascade_from_a_batch_releases_level_by_level_and_skips_propagate_through_shared_dependents,
