@@ -25,6 +25,9 @@ impl_step_tx!(
 );
 crate::runs_tx::impl_runs_tx!(Postgres);
 
+#[cfg(test)]
+mod plans;
+
 /// The `FROM` item every events insert joins before drawing ids: locks the rows of the runs named by the
 /// subquery `$ids` (`FOR NO KEY UPDATE`, in id order, held to the commit). The aggregate completes before the
 /// first row is inserted, so before any id is drawn. Ids come from one sequence drawn before the commit, so
@@ -47,6 +50,12 @@ macro_rules! lock_runs {
 /// leased step: one statement, one round trip fewer per transaction than a separate events insert (issue 8).
 /// Rows locked by another claimer are skipped, not waited for. Index: `steps_ready_idx`, then primary keys.
 ///
+/// The runs it starts are found by key only: their ids arrive as an array computed first, and their status is
+/// tested as `(status = 'pending') IS TRUE`, a form no index can serve. Written `status = 'pending' AND id IN
+/// (…)`, the generic plan made while few runs were pending walked `runs_status_created_idx` through every pending
+/// run and joined each against the leased steps: with a backlog of 3,000 submitted runs (`cairn bench dispatch`
+/// once the workers fell behind) each claim took 16–130 ms instead of well under one, so the backlog grew.
+///
 /// The events get their `id`s in the order the insert's `ORDER BY n` gives: the queued ones in the order given,
 /// then the `step_started` ones in claim order; their runs are locked first ([`lock_runs!`]). Their `data` is
 /// `{"attempt":N,"worker_id":"…"}`, the same compact text `serde_json` writes for that object (`to_json` escapes
@@ -64,7 +73,7 @@ const CLAIM: &str = concat!(
      opened AS (INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status, started_at) \
        SELECT run_id, step_id, attempt, lease_id, action, $1, 'running', $2 FROM leased), \
      started AS (UPDATE runs SET status = 'running', updated_at = $2 \
-       WHERE status = 'pending' AND id IN (SELECT run_id FROM leased)), \
+       WHERE id = ANY (ARRAY(SELECT run_id FROM leased)) AND (status = 'pending') IS TRUE), \
      logged AS (INSERT INTO run_events (run_id, step_id, kind, data, at) \
        SELECT run_id, step_id, kind, data, at FROM ( \
          SELECT run_id, step_id, kind, data, at, n \
@@ -91,7 +100,7 @@ const SUCCEED_MANY: &str = "WITH v AS (SELECT * FROM UNNEST($2::text[], $3::text
      done AS (UPDATE steps SET status = 'succeeded', output = v.output, error = NULL, lease_id = NULL, \
        lease_owner = NULL, lease_expires_at = NULL, finished_at = $1, updated_at = $1 FROM v \
        WHERE steps.run_id = v.run_id AND steps.step_id = v.step_id AND steps.attempt = v.attempt \
-       AND steps.status = 'running' AND steps.lease_owner = v.worker_id \
+       AND (steps.status = 'running') IS TRUE AND steps.lease_owner = v.worker_id \
        RETURNING steps.run_id, steps.step_id, steps.child_count, steps.attempt), \
      closed AS (UPDATE attempts SET status = 'succeeded', ended_at = $1 FROM done \
        WHERE attempts.run_id = done.run_id AND attempts.step_id = done.step_id AND attempts.attempt = done.attempt) \
@@ -162,7 +171,7 @@ impl<'a> EventColumns<'a> {
 const SUCCEED: &str = concat!(
     "WITH done AS (UPDATE steps SET status = 'succeeded', output = $5, error = NULL, \
        lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, finished_at = $6, updated_at = $6 \
-       WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $4 \
+       WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND (status = 'running') IS TRUE AND lease_owner = $4 \
        RETURNING child_count), \
      closed AS (UPDATE attempts SET status = 'succeeded', ended_at = $6 \
        WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND EXISTS (SELECT 1 FROM done)), \
@@ -218,7 +227,7 @@ impl SucceededRow {
 const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
      lease_expires_at = LEAST(deadline_at, $4 + COALESCE(heartbeat_timeout_ms, $5)), \
      checkpoint = COALESCE($6, checkpoint), updated_at = $4 \
-     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $7 \
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND (status = 'running') IS TRUE AND lease_owner = $7 \
      RETURNING lease_expires_at";
 
 /// How write transactions begin: in the same round trip, bitmap scans and sequential scans are turned off

@@ -2,6 +2,14 @@
 //!
 //! Each statement says what it locks and which index serves it. Dialect-specific statements (claim, lease
 //! arithmetic) live in `sqlite.rs` and `postgres.rs`.
+//!
+//! A statement that finds `steps` or `runs` rows by key and also checks their status writes the check as
+//! `(status = '…') IS TRUE` (the same test: `status` is never NULL), a form no index can serve, so the key's
+//! index is the only one the plan can use. Written `status = 'running'`, the check also matches the predicate of
+//! the partial index `steps_lease_idx` (and `'pending'` the leading column of `runs_status_created_idx`):
+//! PostgreSQL's generic plan for a prepared statement, made from statistics taken while few steps were running,
+//! walked that index through every running step and filtered on the key — one completion reading 5,000 index
+//! entries once 5,000 steps were running — until the next `ANALYZE` (`postgres/plans.rs` checks the plans).
 
 /// Run by idempotency key. Index: `runs.idempotency_key` UNIQUE.
 pub(crate) const RUN_BY_KEY: &str = "SELECT id, plan_id, input FROM runs WHERE idempotency_key = $1";
@@ -23,23 +31,23 @@ pub(crate) const PLAN_RUN_INSERT_POSTGRES: &str = "WITH plan AS (INSERT INTO pla
 
 /// Mark runs running on their first claim. Locks the run row. Index: `runs` PK.
 pub(crate) const RUN_MARK_RUNNING: &str =
-    "UPDATE runs SET status = 'running', updated_at = $2 WHERE id = $1 AND status = 'pending'";
+    "UPDATE runs SET status = 'running', updated_at = $2 WHERE id = $1 AND (status = 'pending') IS TRUE";
 
 /// The running step under a lease. Index: `steps` PK.
 pub(crate) const STEP_LEASED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, \
      started_at, deadline_at, heartbeat_timeout_ms FROM steps \
-     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running'";
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND (status = 'running') IS TRUE";
 
 /// Finish a leased step (succeeded, failed, outcome_unknown). Locks the step row; fenced by attempt and status.
 pub(crate) const STEP_FINISH: &str = "UPDATE steps SET status = $4, output = $5, error = $6, lease_id = NULL, \
      lease_owner = NULL, lease_expires_at = NULL, finished_at = $7, updated_at = $7 \
-     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running'";
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND (status = 'running') IS TRUE";
 
 /// Accept a result: the lease check and the update in one statement (fenced by attempt, status and owner), so a
 /// completion costs one round trip instead of a read and a write. Locks the step row.
 pub(crate) const STEP_SUCCEED: &str = "UPDATE steps SET status = 'succeeded', output = $5, error = NULL, \
      lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, finished_at = $6, updated_at = $6 \
-     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $4 \
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND (status = 'running') IS TRUE AND lease_owner = $4 \
      RETURNING child_count";
 
 /// Undo a claim whose attempt never started (never reached a worker, or returned unstarted): back to ready, due
@@ -47,7 +55,7 @@ pub(crate) const STEP_SUCCEED: &str = "UPDATE steps SET status = 'succeeded', ou
 pub(crate) const STEP_UNCLAIM: &str = "UPDATE steps SET status = 'ready', attempt = attempt - 1, \
      lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL, started_at = NULL, \
      heartbeat_at = NULL, available_at = $5, updated_at = $5 \
-     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $4";
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND (status = 'running') IS TRUE AND lease_owner = $4";
 
 /// The attempt row of an undone claim. Index: `attempts` PK.
 pub(crate) const ATTEMPT_DELETE: &str =
@@ -56,7 +64,7 @@ pub(crate) const ATTEMPT_DELETE: &str =
 /// Put a leased step back to ready for a retry at `available_at`. Locks the step row; fenced like STEP_FINISH.
 pub(crate) const STEP_REQUEUE: &str = "UPDATE steps SET status = 'ready', available_at = $4, error = $5, \
      lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 \
-     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running'";
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND (status = 'running') IS TRUE";
 
 /// Close an attempt with its outcome and failure record. Index: `attempts` PK.
 pub(crate) const ATTEMPT_CLOSE: &str = "UPDATE attempts SET status = $4, ended_at = $5, failure_code = $6, \
@@ -143,19 +151,19 @@ pub(crate) const RUN_FAILED_STEPS: &str =
 /// one statement, where reading the failed steps and then finishing took two. Locks the run row; the
 /// `NOT EXISTS` reads the run's steps by the `steps` PK prefix.
 pub(crate) const RUN_SUCCEED_IF_CLEAN: &str = "UPDATE runs SET status = 'succeeded', failure = NULL, \
-     finished_at = $2, updated_at = $2 WHERE id = $1 AND status IN ('pending', 'running') \
+     finished_at = $2, updated_at = $2 WHERE id = $1 AND (status IN ('pending', 'running')) IS TRUE \
      AND NOT EXISTS (SELECT 1 FROM steps WHERE steps.run_id = $1 AND steps.status = 'failed')";
 
 /// Finish a run unless it already finished. Locks the run row.
 pub(crate) const RUN_FINISH: &str = "UPDATE runs SET status = $2, failure = $3, finished_at = $4, updated_at = $4 \
-     WHERE id = $1 AND status IN ('pending', 'running')";
+     WHERE id = $1 AND (status IN ('pending', 'running')) IS TRUE";
 
 /// The run input (for `when`). Index: `runs` PK.
 pub(crate) const RUN_INPUT: &str = "SELECT input FROM runs WHERE id = $1";
 
 /// Request cancellation of a run. Locks the run row.
 pub(crate) const RUN_CANCEL: &str = "UPDATE runs SET status = 'cancelled', cancel_requested = 1, finished_at = $2, \
-     updated_at = $2 WHERE id = $1 AND status IN ('pending', 'running')";
+     updated_at = $2 WHERE id = $1 AND (status IN ('pending', 'running')) IS TRUE";
 
 /// Cancel every open step of a run, including ready steps waiting on a timer or a retry backoff and running steps
 /// (their leases end: late reports are ignored, heartbeats answer "gone"). Index: `steps` PK prefix.

@@ -275,7 +275,7 @@ macro_rules! impl_step_tx {
                 }
                 for chunk in run_ids.chunks(1000) {
                     let mut q = sqlx::QueryBuilder::<$db>::new("UPDATE runs SET status = 'running', updated_at = ");
-                    q.push_bind(now).push(" WHERE status = 'pending' AND id IN (");
+                    q.push_bind(now).push(" WHERE (status = 'pending') IS TRUE AND id IN (");
                     let mut ids = q.separated(", ");
                     for run_id in chunk {
                         ids.push_bind(*run_id);

@@ -31,12 +31,12 @@ pub(crate) const APPROVALS_DUE: &str = "SELECT run_id, step_id, approval, not_be
 
 /// One step's approval state. Index: `steps` PK.
 pub(crate) const APPROVAL_ROW: &str = "SELECT run_id, step_id, approval, not_before_at, available_at FROM steps \
-     WHERE run_id = $1 AND step_id = $2 AND status = 'waiting_approval'";
+     WHERE run_id = $1 AND step_id = $2 AND (status = 'waiting_approval') IS TRUE";
 
 /// Decide a waiting approval. `$8 = 1`: only before the deadline (a decision by a person); `$8 = 0`: only at or
 /// after it (the timeout). Locks the step row; fenced on the status. Index: `steps` PK.
 pub(crate) const APPROVAL_DECIDE: &str = "UPDATE steps SET status = $3, available_at = $4, error = $5, \
-     finished_at = $6, updated_at = $7 WHERE run_id = $1 AND step_id = $2 AND status = 'waiting_approval' \
+     finished_at = $6, updated_at = $7 WHERE run_id = $1 AND step_id = $2 AND (status = 'waiting_approval') IS TRUE \
      AND ((CAST($8 AS BIGINT) = 1 AND (available_at IS NULL OR available_at > $7)) \
        OR (CAST($8 AS BIGINT) = 0 AND available_at <= $7))";
 
@@ -74,7 +74,7 @@ pub(crate) const WAIT_DELETE: &str = "DELETE FROM event_waits WHERE run_id = $1 
 /// Hand a claimed `event.wait` step from the lease machinery to the wait: no lease expiry (the reaper leaves it
 /// alone), the wait deadline as the attempt deadline. Fenced on attempt and status. Index: `steps` PK.
 pub(crate) const STEP_WAIT_ARM: &str = "UPDATE steps SET lease_expires_at = NULL, deadline_at = $4 \
-     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running'";
+     WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND (status = 'running') IS TRUE";
 
 /// A step awaiting an approval, as read for a decision or a timeout.
 #[derive(Debug, Clone, sqlx::FromRow)]

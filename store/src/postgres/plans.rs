@@ -1,0 +1,100 @@
+//! The plans PostgreSQL makes for the hot statements when its statistics are stale: a prepared statement
+//! switches to a generic plan built from the statistics of the moment and keeps it until the next `ANALYZE` of
+//! its tables (see `crate::sql` on writing status checks as `IS TRUE`).
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgPool, Postgres};
+
+use super::{BEGIN, CLAIM, SUCCEED};
+use crate::Store;
+
+/// Runs `setup` on a migrated database, then, inside a write transaction (so with [`BEGIN`]'s settings) and
+/// with generic plans forced, runs `prepare` (a `PREPARE` with the parameter types sqlx binds) and `explain` (an
+/// `EXPLAIN (FORMAT JSON) EXECUTE`), and returns the names of the indexes the plan reads, in plan order.
+async fn generic_plan_indexes(
+    pool: &PgPool,
+    setup: &[&'static str],
+    prepare: String,
+    explain: &'static str,
+) -> Vec<String> {
+    Store::Postgres(pool.clone()).migrate().await.expect("migrations apply");
+    let mut conn: PoolConnection<Postgres> = pool.acquire().await.expect("a connection");
+    for sql in setup {
+        sqlx::raw_sql(*sql).execute(&mut *conn).await.expect(sql);
+    }
+    let mut tx = conn.begin_with(BEGIN).await.expect("a write transaction");
+    sqlx::raw_sql("SET LOCAL plan_cache_mode = force_generic_plan").execute(&mut *tx).await.expect("generic");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(prepare)).execute(&mut *tx).await.expect("the statement prepares");
+    let plan: serde_json::Value = sqlx::query_scalar(explain).fetch_one(&mut *tx).await.expect("explained");
+    let mut names = Vec::new();
+    collect_indexes(&plan, &mut names);
+    names
+}
+
+/// Every `"Index Name"` in an `EXPLAIN (FORMAT JSON)` plan, in plan order.
+fn collect_indexes(node: &serde_json::Value, names: &mut Vec<String>) {
+    match node {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("Index Name", serde_json::Value::String(name)) => names.push(name.clone()),
+                    _ => collect_indexes(value, names),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|item| collect_indexes(item, names)),
+        _ => {}
+    }
+}
+
+/// 5,000 runs (with one step each) analysed as `status`, then all set to `now` without a new `ANALYZE`.
+const STALE_RUNS: [&str; 3] = [
+    "INSERT INTO plans (id, body, created_at) VALUES ('p', '{}', 0)",
+    "INSERT INTO runs (id, plan_id, status, input, context, step_count, open_steps, created_at, updated_at) \
+     SELECT 'r' || g, 'p', 'succeeded', '{}', '{}', 1, 1, g, g FROM generate_series(1, 5000) AS g",
+    "INSERT INTO steps (run_id, step_id, position, action, status, args, trigger_rule, idempotent, timeout_ms, \
+     retry, dep_count, pending_deps, attempt, updated_at, child_count) \
+     SELECT 'r' || g, 's', 0, 'noop', 'succeeded', '{}', 'all_success', 1, 1000, '{}', 0, 0, 1, 0, 0 \
+     FROM generate_series(1, 5000) AS g",
+];
+
+/// With statistics taken when no run was pending and 5,000 pending now (a backlog of submissions the workers
+/// have not reached), the claim's generic plan must find the runs it starts by key, never by walking
+/// `runs_status_created_idx` through every pending run (3,000 of them made each claim 16–130 ms).
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn the_claims_generic_plan_starts_runs_by_key_whatever_the_statistics_say(pool: PgPool) {
+    let setup = [STALE_RUNS[0], STALE_RUNS[1], "ANALYZE runs", "ANALYZE steps", "UPDATE runs SET status = 'pending'"];
+    let prepare =
+        format!("PREPARE claim(text, int8, int8, text[], int8, text[], text[], text[], text[], int8[]) AS {CLAIM}");
+    let explain = "EXPLAIN (FORMAT JSON) EXECUTE claim('w', 0, 30000, '{noop}', 16, '{}', '{}', '{}', '{}', '{}')";
+
+    let indexes = generic_plan_indexes(&pool, &setup, prepare, explain).await;
+
+    assert!(indexes.iter().any(|i| i == "runs_pkey"), "the runs it starts are read by key: {indexes:?}");
+    assert!(!indexes.iter().any(|i| i == "runs_status_created_idx"), "no walk through the pending runs: {indexes:?}");
+}
+
+/// With statistics taken when no step was running and 5,000 running now (long actions in flight), a completion
+/// must find its step, attempt and run by key, never by walking `steps_lease_idx` through every running step.
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn the_successs_generic_plan_reads_by_key_whatever_the_statistics_say(pool: PgPool) {
+    let setup = [
+        STALE_RUNS[0],
+        STALE_RUNS[1],
+        STALE_RUNS[2],
+        "ANALYZE runs",
+        "ANALYZE steps",
+        "UPDATE runs SET status = 'running'",
+        "UPDATE steps SET status = 'running', lease_owner = 'w', lease_expires_at = 5",
+    ];
+    let prepare = format!("PREPARE succeed(text, text, int8, text, text, int8) AS {SUCCEED}");
+    let explain = "EXPLAIN (FORMAT JSON) EXECUTE succeed('r7', 's', 1, 'w', '{}', 10)";
+
+    let indexes = generic_plan_indexes(&pool, &setup, prepare, explain).await;
+
+    assert!(!indexes.is_empty(), "the plan reads indexes");
+    let by_key = ["steps_pkey", "attempts_pkey", "step_edges_pkey", "runs_pkey"];
+    assert!(indexes.iter().all(|i| by_key.contains(&i.as_str())), "every read is by key: {indexes:?}");
+}
