@@ -23,7 +23,7 @@ pub(crate) const TICK_INSERT: &str = "INSERT INTO schedule_ticks (schedule_id, f
 
 /// Open runs started by a schedule. Index: `schedule_ticks` PK prefix, then `runs` PK.
 pub(crate) const SCHEDULE_OPEN_RUNS: &str = "SELECT t.run_id FROM schedule_ticks t JOIN runs r ON r.id = t.run_id \
-     WHERE t.schedule_id = $1 AND r.status IN ('pending', 'running') ORDER BY t.fire_at";
+     WHERE t.schedule_id = $1 AND (r.status IN ('pending', 'running')) IS TRUE ORDER BY t.fire_at";
 
 /// Approvals whose deadline passed. Index: `steps_approval_idx`.
 pub(crate) const APPROVALS_DUE: &str = "SELECT run_id, step_id, approval, not_before_at, available_at FROM steps \

@@ -5,8 +5,9 @@
 //! process, in a task of its own, at the moment the batch's answers go out), and the next transaction then
 //! begins on another pooled connection, with another server process. Kept, the writer's transactions run on one
 //! server process back to back. Measured with `cairn bench` (2026-11-30, window H of the README, alternating
-//! builds, fresh database each run): chain 1.32–1.63 against 1.58–1.79 ms per step (nine pairs), 1 × 16
-//! throughput 2,256–2,765 against 2,223–2,566 steps/s (six pairs).
+//! builds, fresh database each run; five of the nine chain pairs with a first version of this change): chain
+//! 1.32–1.63 against 1.58–1.79 ms per step (nine pairs), 1 × 16 throughput 2,256–2,765 against 2,223–2,566
+//! steps/s (six pairs).
 //!
 //! The held connection counts against the pool's size (16): other transactions share the other 15. SQLite has
 //! one connection anyway, so there the writer uses the pool as every other transaction does.
@@ -38,12 +39,13 @@ impl Store {
 
 impl BatchWriter {
     /// [`Store::report_batch`], on the writer's own connection: the same semantics, errors and retries (a
-    /// deadlock or serialization failure runs the whole transaction again, up to five times).
+    /// deadlock or serialization failure, after which the transaction was rolled back, runs it again on the same
+    /// connection: five tries in all).
     ///
     /// A held connection that the server closed while the writer was idle (a database restart, a terminated
     /// session) fails at `BEGIN`, before anything was applied: it is dropped and the transaction begins on a
-    /// fresh one from the pool, up to once per pooled connection. After any other error the connection is given
-    /// back too, so a connection left in an unknown state is never reused.
+    /// fresh one from the pool, up to once per pooled connection. After any other error the connection is closed,
+    /// not returned to the pool, so a connection left in an unknown state is never reused by anyone.
     ///
     /// # Errors
     /// As [`Store::report_batch`].
@@ -68,10 +70,10 @@ impl BatchWriter {
                 Attempt::Closed(e) if closed < postgres::MAX_CONNECTIONS => {
                     tracing::debug!(error = %e, "the writer's connection was closed; beginning on another");
                     closed += 1;
-                    self.held = None;
+                    discard(&mut self.held);
                 }
                 Attempt::Closed(e) => {
-                    self.held = None;
+                    discard(&mut self.held);
                     return Err(e.into());
                 }
                 Attempt::Done(Ok(outcome)) => return Ok(outcome),
@@ -81,11 +83,18 @@ impl BatchWriter {
                     tokio::time::sleep(std::time::Duration::from_millis(u64::from(conflicts) * 5)).await;
                 }
                 Attempt::Done(Err(e)) => {
-                    self.held = None;
+                    discard(&mut self.held);
                     return Err(e);
                 }
             }
         }
+    }
+}
+
+/// Closes the held connection instead of returning it to the pool.
+fn discard(held: &mut Option<PoolConnection<Postgres>>) {
+    if let Some(mut connection) = held.take() {
+        connection.close_on_drop();
     }
 }
 
@@ -126,4 +135,34 @@ async fn write_once(held: &mut Option<PoolConnection<Postgres>>, pool: &PgPool, 
         }
         .await,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::PgPool;
+
+    use super::*;
+
+    /// The server process behind the writer's held connection.
+    async fn backend_of(writer: &mut BatchWriter) -> i32 {
+        let held = writer.held.as_mut().expect("the writer holds a connection");
+        sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut **held).await.expect("pid")
+    }
+
+    #[sqlx::test(migrations = false)]
+    #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+    async fn the_writer_runs_its_batches_on_one_held_connection(pool: PgPool) {
+        let store = Store::Postgres(pool);
+        store.migrate().await.expect("migrations apply");
+        let mut writer = store.batch_writer();
+        let claim = [ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 4, now_ms: 1 }];
+        let limits = ReportLimits { max_output_bytes: 1024 };
+        let nobody = |_: usize| Vec::new();
+        writer.report_batch(&[], &claim, limits, 30_000, 1, &nobody).await.expect("a first batch");
+        let first = backend_of(&mut writer).await;
+
+        writer.report_batch(&[], &claim, limits, 30_000, 2, &nobody).await.expect("a second batch");
+
+        assert_eq!(backend_of(&mut writer).await, first, "the second batch ran on the connection the first left held");
+    }
 }

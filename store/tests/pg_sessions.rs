@@ -16,16 +16,15 @@ async fn store_on(options: &PgConnectOptions) -> (Store, String) {
     (store, database)
 }
 
-/// Runs `sql` (one `$1`: the database's name) in a separate session and returns its count.
-async fn count_sessions(admin: &mut PgConnection, sql: &'static str, database: &str) -> i64 {
-    sqlx::query_scalar(sql).bind(database).fetch_one(admin).await.expect("sessions counted")
-}
-
 /// Ends every other session of `database` (the server closes them); returns how many.
 async fn end_every_session(admin: &mut PgConnection, database: &str) -> i64 {
-    let ended = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                 WHERE datname = $1 AND pid <> pg_backend_pid()";
-    count_sessions(admin, ended, database).await
+    sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+    )
+    .bind(database)
+    .fetch_one(admin)
+    .await
+    .expect("sessions ended")
 }
 
 #[sqlx::test(migrations = false)]
@@ -62,12 +61,8 @@ async fn the_batch_writer_begins_on_a_fresh_connection_after_the_server_ended_it
     let before = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 1, &nobody).await;
     assert!(before.is_ok(), "a batch before: {before:?}");
     let mut admin = options.connect().await.expect("a separate session");
-    let committed = "SELECT count(*) FROM pg_stat_activity \
-                     WHERE datname = $1 AND pid <> pg_backend_pid() AND query = 'COMMIT'";
-    let held = count_sessions(&mut admin, committed, &database).await;
-    assert!(held >= 1, "the writer's connection is open, its last statement the batch's commit ({held})");
     let ended = end_every_session(&mut admin, &database).await;
-    assert!(ended >= held, "every session was ended, the writer's among them ({ended})");
+    assert!(ended >= 1, "every session was ended, the writer's among them ({ended})");
     admin.close().await.expect("closed");
 
     let after = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 2, &nobody).await;
