@@ -81,11 +81,14 @@ macro_rules! in_tx {
                     }
                     .await;
                     match result {
-                        Err(StoreError::Database(e)) if tries < 5 && is_transient_conflict(&e) => {
-                            tracing::debug!(error = %e, tries, "transaction conflict; retrying");
-                            tokio::time::sleep(std::time::Duration::from_millis(u64::from(tries) * 5)).await;
-                        }
-                        other => break other,
+                        Err(e) => match conflict_pause(&e, tries) {
+                            Some(pause) => {
+                                tracing::debug!(error = %e, tries, "transaction conflict; retrying");
+                                tokio::time::sleep(pause).await;
+                            }
+                            None => break Err(e),
+                        },
+                        ok => break ok,
                     }
                 }
             }
@@ -333,6 +336,21 @@ impl Store {
                 events.push(flow::event(run_id, None, "run_failed", failure.clone(), now_ms));
             }
         })
+    }
+}
+
+/// Tries of a write transaction that fails with a deadlock or serialization failure, the first included.
+const CONFLICT_TRIES: u32 = 5;
+
+/// After the `tries`-th try of a write transaction failed with `error`: the pause before running the whole
+/// transaction again (5 ms × `tries`), or `None` when it must not run again (not a conflict, or
+/// [`CONFLICT_TRIES`] reached). Shared by `in_tx!` and the batch writer.
+fn conflict_pause(error: &StoreError, tries: u32) -> Option<std::time::Duration> {
+    match error {
+        StoreError::Database(e) if tries < CONFLICT_TRIES && is_transient_conflict(e) => {
+            Some(std::time::Duration::from_millis(u64::from(tries) * 5))
+        }
+        _ => None,
     }
 }
 

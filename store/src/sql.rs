@@ -6,8 +6,9 @@
 //! A statement that finds `steps` or `runs` rows by key and also checks a status an index is built on (for
 //! `steps`, the partial indexes' `'ready'`, `'running'` and `'waiting_approval'`; for `runs`, any status, the
 //! first column of `runs_status_created_idx`) writes the check as `(status = '…') IS TRUE` (the same test:
-//! `status` is never NULL), a form no index can serve, so the key's index is the only one the plan can use. Written `status = 'running'`, the check also matches the predicate of
-//! the partial index `steps_lease_idx` (and `'pending'` the leading column of `runs_status_created_idx`):
+//! `status` is never NULL), a form no index can serve, so the key's index is the only one the plan can use.
+//! Written `status = 'running'`, the check also matches the predicate of the partial index `steps_lease_idx`
+//! (and `'pending'` the leading column of `runs_status_created_idx`):
 //! PostgreSQL's generic plan for a prepared statement, made from statistics taken while few steps were running,
 //! walked that index through every running step and filtered on the key — one completion reading 5,000 index
 //! entries once 5,000 steps were running — until the next `ANALYZE` (`postgres/plans.rs` checks the plans).

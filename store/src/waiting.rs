@@ -8,9 +8,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::{StoreError, StoreResult};
-// `sqlite`, `tx`, `StoreResult`, `StoreError` and `is_transient_conflict` are named by `in_tx!`.
+// `sqlite`, `tx`, `StoreResult`, `StoreError` and `conflict_pause` are named by `in_tx!`.
+use crate::conflict_pause;
 use crate::flow::finish::ReportLimits;
-use crate::is_transient_conflict;
 use crate::model::NewRun;
 use crate::wait_tx::EventInRow;
 use crate::{Store, flow, tx};

@@ -15,11 +15,11 @@
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
-use crate::error::{StoreError, StoreResult};
+use crate::error::StoreResult;
 use crate::flow::batch::{Handoff, report_batch};
 use crate::flow::finish::ReportLimits;
 use crate::model::{BatchOutcome, ClaimRequest, ReportItem};
-use crate::{Store, is_transient_conflict, postgres, tx};
+use crate::{Store, conflict_pause, postgres, tx};
 
 /// Writes batches for one task, holding its PostgreSQL connection between them (see the module docs). Made by
 /// [`Store::batch_writer`]; dropping it gives the connection back to the pool.
@@ -63,7 +63,8 @@ impl BatchWriter {
             return self.store.report_batch(items, claims, limits, lease_ttl_ms, now_ms, handoff).await;
         };
         let batch = Batch { items, claims, limits, lease_ttl_ms, now_ms, handoff };
-        let (mut conflicts, mut closed) = (0_u32, 0_u32);
+        // `tries`: tries that reached past `BEGIN`.
+        let (mut tries, mut closed) = (0_u32, 0_u32);
         loop {
             let attempt = write_once(&mut self.held, pool, &batch).await;
             match attempt {
@@ -77,14 +78,14 @@ impl BatchWriter {
                     return Err(e.into());
                 }
                 Attempt::Done(Ok(outcome)) => return Ok(outcome),
-                Attempt::Done(Err(StoreError::Database(e))) if conflicts < 4 && is_transient_conflict(&e) => {
-                    conflicts += 1;
-                    tracing::debug!(error = %e, tries = conflicts, "transaction conflict; retrying");
-                    tokio::time::sleep(std::time::Duration::from_millis(u64::from(conflicts) * 5)).await;
-                }
                 Attempt::Done(Err(e)) => {
-                    discard(&mut self.held);
-                    return Err(e);
+                    tries += 1;
+                    let Some(pause) = conflict_pause(&e, tries) else {
+                        discard(&mut self.held);
+                        return Err(e);
+                    };
+                    tracing::debug!(error = %e, tries, "transaction conflict; retrying");
+                    tokio::time::sleep(pause).await;
                 }
             }
         }
