@@ -25,6 +25,7 @@ impl_step_tx!(
 );
 crate::runs_tx::impl_runs_tx!(Postgres);
 
+pub(crate) mod complete_and_claim;
 #[cfg(test)]
 mod plans;
 

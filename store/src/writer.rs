@@ -19,6 +19,7 @@ use crate::error::StoreResult;
 use crate::flow::batch::{Handoff, report_batch};
 use crate::flow::finish::ReportLimits;
 use crate::model::{BatchOutcome, ClaimRequest, ReportItem};
+use crate::postgres::complete_and_claim::{Candidate, complete_and_claim, outcome};
 use crate::{Store, conflict_pause, postgres, tx};
 
 /// Writes batches for one task, holding its PostgreSQL connection between them (see the module docs). Made by
@@ -62,6 +63,11 @@ impl BatchWriter {
         let Store::Postgres(pool) = &self.store else {
             return self.store.report_batch(items, claims, limits, lease_ttl_ms, now_ms, handoff).await;
         };
+        if let Some(candidate) = Candidate::of(items, claims, limits)
+            && let Some(outcome) = in_one_call(&mut self.held, pool, &candidate, lease_ttl_ms, now_ms).await
+        {
+            return outcome;
+        }
         let batch = Batch { items, claims, limits, lease_ttl_ms, now_ms, handoff };
         // `tries`: tries that reached past `BEGIN`.
         let (mut tries, mut closed) = (0_u32, 0_u32);
@@ -88,6 +94,31 @@ impl BatchWriter {
                     tokio::time::sleep(pause).await;
                 }
             }
+        }
+    }
+}
+
+/// A batch of one completion and the claim riding on it, in one call ([`complete_and_claim`]) on the held
+/// connection (taken from `pool` when none is). `None`: take the general path. Nothing was written then, except
+/// when the connection was lost during the call (see [`complete_and_claim`]); the connection is dropped after any
+/// error, and the general path begins on a fresh one.
+async fn in_one_call(
+    held: &mut Option<PoolConnection<Postgres>>,
+    pool: &PgPool,
+    candidate: &Candidate<'_>,
+    lease_ttl_ms: i64,
+    now_ms: i64,
+) -> Option<StoreResult<BatchOutcome>> {
+    let connection = match held {
+        Some(connection) => connection,
+        None => held.insert(pool.acquire().await.ok()?),
+    };
+    match complete_and_claim(connection, candidate, lease_ttl_ms, now_ms).await {
+        Ok(row) => row.map(|row| outcome(row, candidate, now_ms)),
+        Err(e) => {
+            tracing::debug!(error = %e, "the one-call completion failed; taking the general path");
+            discard(held);
+            None
         }
     }
 }

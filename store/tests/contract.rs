@@ -13,7 +13,8 @@
 //! Areas: `submit` (create, idempotency keys), `claim` (selection, limit, placeholders), `concurrency` (racing
 //! claimers, completions and cancel), `finish` (completion, fencing, output limits, unicode), `retry`
 //! (failures and backoff), `lease` (reaper, heartbeat, `outcome_unknown`, operator), `approval` (approvals,
-//! operator fail), `batch` (group commit, hand-off, undoing a claim), `cancel`, `settle` (timers, `when`, fan-out), `read` (integrity check, listings, event paging).
+//! operator fail), `batch` (group commit, hand-off, undoing a claim), `cancel`, `settle` (timers, `when`, fan-out), `read` (integrity check, listings, event paging), `writer` (the batch writer, PostgreSQL's one-call chain
+//! step).
 
 /// Generates a SQLite and a PostgreSQL test for each named behaviour of the enclosing module.
 macro_rules! contract_tests {
@@ -68,4 +69,5 @@ mod contract {
     mod retry;
     mod settle;
     mod submit;
+    mod writer;
 }

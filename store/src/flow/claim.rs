@@ -31,23 +31,43 @@ pub(crate) async fn claim<T: DialectTx>(
     let rows = tx.claim(req, lease_ttl_ms, running, events).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let lease = Lease {
-            run_id: row.run_id.clone(),
-            step_id: row.step_id.clone(),
-            attempt: u32::try_from(row.attempt).map_err(|e| StoreError::corrupt("steps.attempt", e))?,
-            worker_id: req.worker_id.clone(),
-        };
-        match resolve(tx, &row).await? {
-            Ok(args) => out.push(claimed(row, lease, args, req.now_ms)?),
-            Err(failure) => {
-                fail(tx, &lease, &failure, 0.0, req.now_ms, events).await?;
-            }
+        if let Some(claimed) = take(tx, row, &req.worker_id, req.now_ms, events).await? {
+            out.push(claimed);
         }
     }
     Ok(out)
 }
 
-fn claimed(row: ClaimedRow, lease: Lease, args: Value, now_ms: i64) -> StoreResult<Claimed> {
+/// The step of a claimed `row`, leased to `worker_id`, with its args resolved; `None` when a placeholder cannot
+/// be resolved: the step then failed in `tx` (`placeholder_unresolved`, not retried) and is not handed out.
+pub(crate) async fn take<T: DialectTx>(
+    tx: &mut T,
+    row: ClaimedRow,
+    worker_id: &str,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<Option<Claimed>> {
+    let lease = lease_of(&row, worker_id)?;
+    match resolve(tx, &row).await? {
+        Ok(args) => Ok(Some(claimed(row, lease, args, now)?)),
+        Err(failure) => {
+            fail(tx, &lease, &failure, 0.0, now, events).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// The lease under which `worker_id` holds the claimed `row`.
+pub(crate) fn lease_of(row: &ClaimedRow, worker_id: &str) -> StoreResult<Lease> {
+    Ok(Lease {
+        run_id: row.run_id.clone(),
+        step_id: row.step_id.clone(),
+        attempt: u32::try_from(row.attempt).map_err(|e| StoreError::corrupt("steps.attempt", e))?,
+        worker_id: worker_id.to_owned(),
+    })
+}
+
+pub(crate) fn claimed(row: ClaimedRow, lease: Lease, args: Value, now_ms: i64) -> StoreResult<Claimed> {
     let checkpoint = match row.checkpoint.as_deref() {
         Some(text) => Some(serde_json::from_str(text).map_err(|e| StoreError::corrupt("steps.checkpoint", e))?),
         None => None,

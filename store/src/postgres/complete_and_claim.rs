@@ -1,0 +1,253 @@
+//! A chain step in one round trip: the batch writer's path for a batch that is one completion with the claim
+//! riding on it (issue 8).
+//!
+//! The general path for that batch is `BEGIN`, the success statement, the claim, `COMMIT`: four round trips to
+//! the server, each a wake-up of both processes. When the completed step has one dependent that the success
+//! makes ready with nothing to decide in Rust, the PL/pgSQL function `cairn_complete_and_claim` (migration
+//! `0004_complete_and_claim.sql`) does all of it in one call outside any transaction block, so the call is
+//! its own transaction and commits before it returns: the same rows and the same events in the same order as
+//! the general path, and the same "finished and released in one transaction" (contract §6). In every other
+//! case the function raises SQLSTATE `CRN01`, which rolls the call back whole, and the writer takes the general
+//! path.
+
+use sqlx::{PgConnection, Postgres};
+
+use crate::error::{StoreError, StoreResult};
+use crate::flow::claim;
+use crate::flow::finish::{Report, ReportLimits};
+use crate::model::{BatchOutcome, ClaimRequest, Lease, ReportItem, ReportKind};
+use crate::rows::ClaimedRow;
+
+/// SQLSTATE `cairn_complete_and_claim` raises when the general path must decide (nothing was written).
+const GENERAL_PATH: &str = "CRN01";
+
+/// The call: one prepared text (the function's own statements are planned once per connection).
+const CALL: &str = "SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, \
+     checkpoint, available_at FROM cairn_complete_and_claim($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// A batch this path can serve: one completion whose output fits the limit, and one claim for at least one
+/// step by the same worker (the claim a worker sends with its completion).
+pub(crate) struct Candidate<'a> {
+    lease: &'a Lease,
+    output: String,
+    claim: &'a ClaimRequest,
+}
+
+impl<'a> Candidate<'a> {
+    /// The candidate in a batch of `items` and `claims`, if the batch has that shape.
+    pub(crate) fn of(items: &'a [ReportItem], claims: &'a [ClaimRequest], limits: ReportLimits) -> Option<Self> {
+        let ([item], [claim]) = (items, claims) else { return None };
+        let ReportKind::Complete(output) = &item.kind else { return None };
+        if claim.worker_id != item.lease.worker_id || claim.limit == 0 || claim.actions.is_empty() {
+            return None;
+        }
+        let output = output.to_string();
+        (output.len() <= limits.max_output_bytes).then_some(Candidate { lease: &item.lease, output, claim })
+    }
+}
+
+/// Runs the function on `connection`, which must not be inside a transaction block. Returns the dependent's
+/// row once the call committed (the completion succeeded, the claim got the dependent: see [`outcome`]), or
+/// `None` when the general path must decide and nothing was written.
+///
+/// # Errors
+/// sqlx's error. Any error but a lost connection rolled the call back. A connection lost during the call leaves
+/// it unknown whether the call committed, as a `COMMIT` does on the general path: retried, the completion is
+/// then stale if it had committed, and the dependent it leased runs again after its lease expires.
+pub(crate) async fn complete_and_claim(
+    connection: &mut PgConnection,
+    candidate: &Candidate<'_>,
+    lease_ttl_ms: i64,
+    now: i64,
+) -> Result<Option<ClaimedRow>, sqlx::Error> {
+    let Candidate { lease, output, claim } = candidate;
+    let result = sqlx::query_as::<Postgres, ClaimedRow>(CALL)
+        .bind(&lease.run_id)
+        .bind(&lease.step_id)
+        .bind(i64::from(lease.attempt))
+        .bind(&lease.worker_id)
+        .bind(output)
+        .bind(now)
+        .bind(&claim.actions)
+        .bind(lease_ttl_ms)
+        .fetch_one(connection)
+        .await;
+    match result {
+        Ok(row) => Ok(Some(row)),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(GENERAL_PATH) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The batch's outcome once the call committed `row`: the completion succeeded, and the claim got the
+/// dependent, whose args hold no placeholder (the function checks).
+pub(crate) fn outcome(row: ClaimedRow, candidate: &Candidate<'_>, now: i64) -> StoreResult<BatchOutcome> {
+    let args = serde_json::from_str(&row.args).map_err(|e| StoreError::corrupt("steps.args", e))?;
+    let lease = claim::lease_of(&row, &candidate.claim.worker_id)?;
+    Ok(BatchOutcome {
+        reports: vec![Report::Succeeded],
+        claimed: vec![vec![claim::claimed(row, lease, args, now)?]],
+        ready_now: 0,
+        handed: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use cairn_core::catalog::StaticCatalog;
+    use cairn_core::validate::{Limits, validate_value};
+    use serde_json::{Value, json};
+    use sqlx::PgPool;
+
+    use super::*;
+    use crate::{NewRun, Store};
+
+    const T0: i64 = 1_767_225_600_000;
+    const LIMITS: ReportLimits = ReportLimits { max_output_bytes: 1 << 20 };
+
+    /// `NewRun::timers`: per step, its `not_before` instant and text.
+    type Timers = Vec<Option<(i64, String)>>;
+
+    /// A store holding run `r1` of `steps`, with its root `a` leased to `w1`; returns the store and that lease.
+    async fn leased_root(pool: PgPool, steps: Value, timers: Timers) -> (Store, Lease) {
+        let store = Store::Postgres(pool);
+        store.migrate().await.expect("migrations apply");
+        let report =
+            validate_value(&json!({"goal": "g", "steps": steps}), &StaticCatalog::builtin(), &Limits::default());
+        let errors: Vec<String> = report.errors().map(|e| format!("{e:?}")).collect();
+        let plan = report.plan.unwrap_or_else(|| panic!("the plan validates: {errors:?}"));
+        let run = NewRun { run_id: "r1".into(), plan, input: json!({}), idempotency_key: None, timers, now_ms: T0 };
+        store.create_run(&run).await.expect("created");
+        let claim = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: T0 };
+        let claimed = store.claim(&claim, 30_000).await.expect("claimed");
+        let a = claimed.into_iter().find(|c| c.lease.step_id == "a").expect("a is leased");
+        (store, a.lease)
+    }
+
+    /// The call for `lease`'s completion with a claim for `actions`, at `T0 + 1`.
+    async fn call(store: &Store, lease: &Lease, actions: &[&str]) -> Option<ClaimedRow> {
+        let Store::Postgres(pool) = store else { unreachable!("a PostgreSQL store") };
+        let items = [ReportItem { lease: lease.clone(), kind: ReportKind::Complete(json!({"x": 1})) }];
+        let actions = actions.iter().map(|a| (*a).to_owned()).collect();
+        let claims = [ClaimRequest { worker_id: lease.worker_id.clone(), actions, limit: 1, now_ms: T0 + 1 }];
+        let candidate = Candidate::of(&items, &claims, LIMITS).expect("the batch has the candidate's shape");
+        let mut connection = pool.acquire().await.expect("a connection");
+        complete_and_claim(&mut connection, &candidate, 30_000, T0 + 1).await.expect("no database error")
+    }
+
+    fn noop(id: &str, deps: &[&str], args: Value) -> Value {
+        json!({"id": id, "action": "noop", "depends_on": deps, "args": args})
+    }
+
+    /// A root `sleep` step: ready from the start, never leased by the root's claim (which serves `noop` only).
+    fn sleep(id: &str) -> Value {
+        json!({"id": id, "action": "sleep", "args": {"duration_ms": 1}})
+    }
+
+    /// Statuses of `r1`'s steps by id, and how many events it has.
+    async fn state(store: &Store) -> (Vec<(String, String)>, usize) {
+        let steps = store.steps("r1").await.expect("steps").into_iter().map(|s| (s.id, s.status)).collect();
+        (steps, store.events("r1", 0, 1000).await.expect("events").len())
+    }
+
+    #[sqlx::test(migrations = false)]
+    #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+    async fn a_chain_step_is_completed_and_its_dependent_leased_in_one_call(pool: PgPool) {
+        let (store, a) =
+            leased_root(pool, json!([noop("a", &[], json!({})), noop("b", &["a"], json!({}))]), vec![]).await;
+
+        let row = call(&store, &a, &["noop"]).await.expect("the call takes the chain step");
+
+        assert_eq!((row.step_id.as_str(), row.attempt, row.deadline_at), ("b", 1, T0 + 1 + 20_000));
+        let (steps, _) = state(&store).await;
+        assert_eq!(steps, [("a".into(), "succeeded".into()), ("b".into(), "running".into())]);
+        assert_eq!(run_open_steps(&store).await, 1, "a is counted against the run, b keeps it open");
+    }
+
+    async fn run_open_steps(store: &Store) -> i64 {
+        store.run("r1").await.expect("run").expect("exists").open_steps
+    }
+
+    #[sqlx::test(migrations = false)]
+    #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+    async fn every_case_the_call_cannot_decide_alone_falls_back_with_nothing_written(pool: PgPool) {
+        let when = json!({"id": "b", "action": "noop", "depends_on": ["a"], "args": {}, "when": "true"});
+        let approval =
+            json!({"id": "b", "action": "noop", "depends_on": ["a"], "args": {}, "approval": {"required": true}});
+        let unserved = json!({"id": "b", "action": "sleep", "depends_on": ["a"], "args": {"duration_ms": 1}});
+        let cases: Vec<(&str, Value, &[&str], Timers)> = vec![
+            ("a leaf: the run may end", json!([noop("a", &[], json!({}))]), &["noop"], vec![]),
+            (
+                "two dependents",
+                json!([noop("a", &[], json!({})), noop("b", &["a"], json!({})), noop("c", &["a"], json!({}))]),
+                &["noop"],
+                vec![],
+            ),
+            (
+                "a dependent with another dependency",
+                json!([noop("a", &[], json!({})), sleep("z"), noop("b", &["a", "z"], json!({}))]),
+                &["noop"],
+                vec![],
+            ),
+            (
+                "a placeholder",
+                json!([noop("a", &[], json!({})), noop("b", &["a"], json!({"x": "$a.output.x"}))]),
+                &["noop"],
+                vec![],
+            ),
+            ("a `when`", json!([noop("a", &[], json!({})), when]), &["noop"], vec![]),
+            ("an approval", json!([noop("a", &[], json!({})), approval]), &["noop"], vec![]),
+            ("an action the worker does not serve", json!([noop("a", &[], json!({})), unserved]), &["noop"], vec![]),
+            (
+                "a timer not yet due",
+                json!([noop("a", &[], json!({})), noop("b", &["a"], json!({}))]),
+                &["noop"],
+                vec![None, Some((T0 + 60_000, "in 1m".into()))],
+            ),
+            (
+                "an older ready step",
+                json!([noop("a", &[], json!({})), sleep("z"), noop("b", &["a"], json!({}))]),
+                &["noop", "sleep"],
+                vec![],
+            ),
+        ];
+        for (case, steps, actions, timers) in cases {
+            let db = format!("cairn_t_cc_{}", std::process::id());
+            let (store, a) = leased_root(fresh(&pool, &db).await, steps, timers).await;
+            let before = state(&store).await;
+
+            assert!(call(&store, &a, actions).await.is_none(), "{case}: the general path decides");
+
+            assert_eq!(state(&store).await, before, "{case}: nothing was written");
+            let Store::Postgres(case_pool) = store else { unreachable!() };
+            case_pool.close().await;
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {db}"))).execute(&pool).await.expect("dropped");
+        }
+    }
+
+    #[sqlx::test(migrations = false)]
+    #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+    async fn a_stale_lease_falls_back_with_nothing_written(pool: PgPool) {
+        let (store, a) =
+            leased_root(pool, json!([noop("a", &[], json!({})), noop("b", &["a"], json!({}))]), vec![]).await;
+        let before = state(&store).await;
+        let other = Lease { worker_id: "w2".into(), ..a.clone() };
+        let later = Lease { attempt: 2, ..a };
+
+        assert!(call(&store, &other, &["noop"]).await.is_none(), "another worker's report");
+        assert!(call(&store, &later, &["noop"]).await.is_none(), "another attempt's report");
+
+        assert_eq!(state(&store).await, before);
+    }
+
+    /// A fresh database `name` on the server behind `pool`, for one case.
+    async fn fresh(pool: &PgPool, name: &str) -> PgPool {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")))
+            .execute(pool)
+            .await
+            .expect("dropped");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(pool).await.expect("created");
+        let options = pool.connect_options().as_ref().clone().database(name);
+        PgPool::connect_with(options).await.expect("connected")
+    }
+}

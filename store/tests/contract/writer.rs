@@ -1,0 +1,154 @@
+//! The batch writer (`Store::batch_writer`) decides every batch as `Store::report_batch` does. On PostgreSQL a
+//! batch of one completion and the claim riding on it goes through `cairn_complete_and_claim`, one call instead
+//! of four round trips, when the completed step's one dependent needs no decision in Rust; these behaviours
+//! check that the rows and events it leaves are those of the general path, byte for byte.
+
+use cairn_store::{BatchOutcome, BatchWriter, ClaimRequest, Lease, Report, ReportItem, ReportKind, Store};
+use serde_json::{Value, json};
+
+use super::support::{LIMITS, T0, TTL, events, noop, run, steps, submit};
+
+fn complete(lease: &Lease, output: Value) -> ReportItem {
+    ReportItem { lease: lease.clone(), kind: ReportKind::Complete(output) }
+}
+
+fn request(limit: u32) -> ClaimRequest {
+    ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit, now_ms: 0 }
+}
+
+/// Every column of the run's steps, attempts and run row that a completion or a claim writes, one line per row,
+/// with the run id replaced by `RUN` (lease ids contain it).
+async fn rows(store: &Store, run_id: &str) -> Vec<String> {
+    const STEPS: &str = "SELECT step_id, status, attempt, pending_deps, available_at, lease_id, lease_owner, \
+         lease_expires_at, deadline_at, heartbeat_at, started_at, finished_at, updated_at, output, error \
+         FROM steps WHERE run_id = $1 ORDER BY step_id";
+    const ATTEMPTS: &str = "SELECT step_id || '/' || attempt, lease_id, action, worker_id, status, started_at, \
+         ended_at FROM attempts WHERE run_id = $1 ORDER BY step_id, attempt";
+    const RUN: &str = "SELECT status, open_steps, updated_at, finished_at FROM runs WHERE id = $1";
+    type Text = Option<String>;
+    type Ms = Option<i64>;
+    type Attempt = (String, Text, String, Text, String, Ms, Ms);
+    type Run = (String, i64, i64, Ms);
+    macro_rules! read {
+        ($pool:expr, $db:ty) => {{
+            let mut lines = Vec::new();
+            for row in sqlx::query_as::<$db, StepRow>(STEPS).bind(run_id).fetch_all($pool).await.expect("steps") {
+                lines.push(format!("step {row:?}"));
+            }
+            for row in sqlx::query_as::<$db, Attempt>(ATTEMPTS).bind(run_id).fetch_all($pool).await.expect("attempts") {
+                lines.push(format!("attempt {row:?}"));
+            }
+            let run = sqlx::query_as::<$db, Run>(RUN).bind(run_id).fetch_one($pool).await.expect("run");
+            lines.push(format!("run {run:?}"));
+            lines
+        }};
+    }
+    let lines = match store {
+        Store::Sqlite(pool) => read!(pool, sqlx::Sqlite),
+        Store::Postgres(pool) => read!(pool, sqlx::Postgres),
+    };
+    lines.into_iter().map(|line| line.replace(run_id, "RUN")).collect()
+}
+
+/// The columns of a step row that completions and claims write.
+#[derive(Debug, sqlx::FromRow)]
+#[allow(dead_code)] // read by `Debug`
+struct StepRow {
+    step_id: String,
+    status: String,
+    attempt: i64,
+    pending_deps: i64,
+    available_at: Option<i64>,
+    lease_id: Option<String>,
+    lease_owner: Option<String>,
+    lease_expires_at: Option<i64>,
+    deadline_at: Option<i64>,
+    heartbeat_at: Option<i64>,
+    started_at: Option<i64>,
+    finished_at: Option<i64>,
+    updated_at: i64,
+    output: Option<String>,
+    error: Option<String>,
+}
+
+/// The run's events as `(step, kind, data, at)`, in id order.
+async fn history(store: &Store, run_id: &str) -> Vec<(Option<String>, String, Value, i64)> {
+    events(store, run_id).await.into_iter().map(|e| (e.step_id, e.kind, e.data, e.at_ms)).collect()
+}
+
+/// One batch through `writer`, or through `Store::report_batch` when there is none.
+async fn write(
+    store: &Store,
+    writer: Option<&mut BatchWriter>,
+    items: &[ReportItem],
+    claims: &[ClaimRequest],
+    now: i64,
+) -> BatchOutcome {
+    let nobody = |_: usize| Vec::new();
+    let outcome = match writer {
+        Some(writer) => writer.report_batch(items, claims, LIMITS, TTL, now, &nobody).await,
+        None => store.report_batch(items, claims, LIMITS, TTL, now, &nobody).await,
+    };
+    outcome.expect("the batch commits")
+}
+
+async fn a_chain_through_the_writer_leaves_the_rows_and_events_the_general_path_leaves(store: Store) {
+    // c → d has a placeholder, so on PostgreSQL that step takes the general path even in the writer.
+    let doc = steps(vec![
+        noop("a", &[], json!({})),
+        noop("b", &["a"], json!({"note": "déjà vu"})),
+        noop("c", &["b"], json!({})),
+        noop("d", &["c"], json!({"n": "$c.output.n"})),
+    ]);
+    let mut writer = store.batch_writer();
+    for run_id in ["by-writer", "by-store"] {
+        submit(&store, run_id, &doc).await;
+        let mut by = (run_id == "by-writer").then_some(&mut writer);
+        let mut batch = async |items: Vec<ReportItem>, claims: Vec<ClaimRequest>, now: i64| {
+            write(&store, by.as_deref_mut(), &items, &claims, now).await
+        };
+        let first = batch(Vec::new(), vec![request(4)], T0).await;
+        let mut lease = first.claimed[0][0].lease.clone();
+        for (now, output) in [(T0 + 1, json!({"s": "a"})), (T0 + 2, json!({"s": "b"})), (T0 + 3, json!({"n": 3}))] {
+            let outcome = batch(vec![complete(&lease, output)], vec![request(2)], now).await;
+            assert_eq!(outcome.reports, [Report::Succeeded], "{run_id}");
+            assert_eq!(outcome.claimed[0].len(), 1, "{run_id}: the completion's claim takes the dependent");
+            assert_eq!((outcome.ready_now, outcome.handed.len()), (0, 0), "{run_id}: nothing left for others");
+            lease = outcome.claimed[0][0].lease.clone();
+        }
+        assert_eq!(lease.step_id, "d");
+        let last = batch(vec![complete(&lease, json!({"n": 3}))], vec![request(2)], T0 + 4).await;
+        assert_eq!((last.reports.as_slice(), last.claimed[0].len()), ([Report::Succeeded].as_slice(), 0));
+        assert_eq!(run(&store, run_id).await.status, "succeeded");
+    }
+
+    assert_eq!(rows(&store, "by-writer").await, rows(&store, "by-store").await, "the same rows");
+    assert_eq!(history(&store, "by-writer").await, history(&store, "by-store").await, "the same events in order");
+}
+
+async fn a_completion_the_one_call_cannot_take_goes_the_general_way_with_nothing_lost(store: Store) {
+    // a has two dependents: the writer cannot serve the completion in one call, and must not lose it.
+    let doc = steps(vec![noop("a", &[], json!({})), noop("b", &["a"], json!({})), noop("c", &["a"], json!({}))]);
+    submit(&store, "r1", &doc).await;
+    let nobody = |_: usize| Vec::new();
+    let mut writer = store.batch_writer();
+    let first = writer.report_batch(&[], &[request(1)], LIMITS, TTL, T0, &nobody).await.expect("commits");
+    let lease = first.claimed[0][0].lease.clone();
+
+    let outcome = writer
+        .report_batch(&[complete(&lease, json!({}))], &[request(1)], LIMITS, TTL, T0 + 1, &nobody)
+        .await
+        .expect("commits");
+
+    assert_eq!(outcome.reports, [Report::Succeeded]);
+    assert_eq!(outcome.claimed[0].len(), 1, "the claim takes one of the two released steps");
+    assert_eq!(outcome.ready_now, 1, "the other is left for waiting claimers");
+    let kinds: Vec<String> = events(&store, "r1").await.into_iter().map(|e| e.kind).collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "step_succeeded").count(), 1, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "step_ready").count(), 3, "a, then b and c: {kinds:?}");
+}
+
+contract_tests!(
+    a_chain_through_the_writer_leaves_the_rows_and_events_the_general_path_leaves,
+    a_completion_the_one_call_cannot_take_goes_the_general_way_with_nothing_lost,
+);
