@@ -1,5 +1,5 @@
 //! The REST API's contract through a real server on port 0: bearer-token auth, idempotency keys, cancellation,
-//! step decisions in the wrong state, the OpenAPI document, and the live event stream (SSE).
+//! step decisions in the wrong state, the run's summary view, the OpenAPI document, and the live event stream (SSE).
 
 #![allow(clippy::unwrap_used)]
 
@@ -108,6 +108,31 @@ async fn a_submission_answers_the_run_exactly_as_a_read_right_after_shows_it() {
                 answer["steps"].as_array().unwrap().iter().map(|s| s["status"].as_str().unwrap()).collect();
             assert_eq!(&statuses, expected, "{backend:?}, {what}: {answer:#}");
         }
+    }
+}
+
+#[tokio::test]
+async fn the_summary_view_is_the_run_without_its_steps_and_an_unknown_view_is_refused() {
+    for backend in backends() {
+        let app = HttpApp::start(backend, clock(), None).await;
+        let run_id = app.submit(json!({"steps": [
+            {"id": "a", "action": "noop", "args": {}}, {"id": "b", "action": "noop", "args": {}, "depends_on": ["a"]}]}))
+        .await;
+        TestWorker::new("w").echo("noop").run_until_idle(app.engine()).await;
+
+        let (status, summary) = app.get(&format!("/v1/runs/{run_id}?view=summary")).await;
+        let (_, full) = app.get(&format!("/v1/runs/{run_id}?view=full")).await;
+
+        assert_eq!(status, 200, "{backend:?}: {summary:#}");
+        assert_eq!(summary["status"], "succeeded", "{backend:?}: the run ran to its end: {summary:#}");
+        let mut without_steps = full.clone();
+        without_steps.as_object_mut().unwrap().remove("steps");
+        assert_eq!(summary, without_steps, "{backend:?}: the summary is the full view less its steps");
+        assert_eq!(full, app.run(&run_id).await, "{backend:?}: `full` is the default");
+        let (status, refused) = app.get(&format!("/v1/runs/{run_id}?view=steps")).await;
+        assert_eq!((status, refused["code"].as_str()), (400, Some("invalid_view")), "{backend:?}: {refused:#}");
+        let (status, missing) = app.get("/v1/runs/nope?view=summary").await;
+        assert_eq!((status, missing["code"].as_str()), (404, Some("not_found")), "{backend:?}: {missing:#}");
     }
 }
 

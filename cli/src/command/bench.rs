@@ -6,8 +6,10 @@
 //! (`at_ms` timestamps written by the orchestrator, millisecond resolution), prints them and kills the processes.
 //!
 //! Scenarios:
-//! - `chain`: a run of 20 sequential `noop` steps, 20 times (the run's events are read every 25 ms, not
-//!   continuously: on SQLite every read takes the connection the steps' transactions need). A step's cycle is `step_started(dependent)` −
+//! Each scenario waits for its runs to end by reading their summaries (`GET /v1/runs/{id}?view=summary`), and
+//! reads their event histories only afterwards: on SQLite every read of events takes the one connection the
+//! steps' transactions need.
+//! - `chain`: a run of 20 sequential `noop` steps, 20 times. A step's cycle is `step_started(dependent)` −
 //!   `step_started(dependency)`: the dependency's execution, its report and commit, and the dependent's dispatch,
 //!   so it is an upper bound on the overhead and comparable with peers' "time per step in a chain".
 //!   `per_step_ms_median` is the median over runs of each run's mean cycle ((last start − first start) / 19,

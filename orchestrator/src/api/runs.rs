@@ -71,10 +71,36 @@ pub(super) async fn list(State(state): State<AppState>, Query(q): Query<ListQuer
     Ok(Json(json!({"runs": runs, "limit": limit, "offset": offset})).into_response())
 }
 
-/// `GET /v1/runs/{id}`.
-pub(super) async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let view = run_view(state.engine.store(), &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
-    Ok(Json(view).into_response())
+/// `GET /v1/runs/{id}` query.
+#[derive(Debug, Deserialize)]
+pub(super) struct ShowQuery {
+    view: Option<String>,
+}
+
+/// `GET /v1/runs/{id}?view=full|summary`: `full` (the default) is the run with its steps and failure records
+/// ([`crate::view`]); `summary` is the run alone, as `GET /v1/runs` lists it (one key lookup, whatever the
+/// number of steps: for pollers waiting for a large run to end). Another view is a 400 `invalid_view`.
+pub(super) async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<ShowQuery>,
+) -> Result<Response, ApiError> {
+    let store = state.engine.store();
+    match q.view.as_deref() {
+        None | Some("full") => {
+            let view = run_view(store, &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+            Ok(Json(view).into_response())
+        }
+        Some("summary") => {
+            let run = store.run(&id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+            Ok(Json(run).into_response())
+        }
+        Some(other) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_view",
+            format!("unknown view `{other}`: use `full` (the default) or `summary`"),
+        )),
+    }
 }
 
 /// `POST /v1/runs/{id}:cancel`.

@@ -80,7 +80,7 @@ async fn wave(client: &Client, runs: usize, rate: u32) -> anyhow::Result<Wave> {
     let submit_secs = started.elapsed().as_secs_f64();
     wait_until_finished(client, active_before).await?;
     let timelines: Vec<Timeline> = futures::stream::iter(&ids)
-        .map(|(id, _)| Timeline::follow(client, id, Duration::from_millis(100)))
+        .map(|(id, _)| Timeline::of_finished_run(client, id, Duration::from_millis(100)))
         .buffer_unordered(CLIENTS)
         .try_collect()
         .await?;

@@ -26,7 +26,7 @@ pub(super) async fn chain(client: &Client) -> anyhow::Result<Value> {
     for _ in 0..CHAIN_RUNS {
         let steps = ids.iter().enumerate().map(|(i, id)| noop(id, &ids[i.saturating_sub(1)..i])).collect::<Vec<_>>();
         let (run_id, _) = submit(client, "bench: chain", steps).await?;
-        let timeline = Timeline::follow(client, &run_id, Duration::from_millis(25)).await?;
+        let timeline = Timeline::of_finished_run(client, &run_id, Duration::from_millis(25)).await?;
         let first = timeline.get("step_started", &ids[0])?;
         let last = timeline.get("step_started", &ids[CHAIN_LEN - 1])?;
         run_means.push((last - first) as f64 / (CHAIN_LEN - 1) as f64);
@@ -58,7 +58,7 @@ pub(super) async fn fanout(client: &Client) -> anyhow::Result<Value> {
     let mut steps: Vec<Value> = ids.iter().map(|id| noop(id, &[])).collect();
     steps.push(noop("join", &ids));
     let (run_id, started) = submit(client, "bench: fanout", steps).await?;
-    let timeline = Timeline::follow(client, &run_id, Duration::from_millis(5)).await?;
+    let timeline = Timeline::of_finished_run(client, &run_id, Duration::from_millis(5)).await?;
     let client_wall_ms = started.elapsed().as_millis();
     let wall_ms = timeline.get("run_succeeded", "")? - timeline.get("run_created", "")?;
     Ok(json!({"scenario": "fanout", "wall_ms": wall_ms, "client_wall_ms": client_wall_ms, "width": FANOUT_WIDTH}))
@@ -68,7 +68,7 @@ pub(super) async fn throughput(client: &Client) -> anyhow::Result<Value> {
     let ids: Vec<String> = (0..THROUGHPUT_STEPS).map(|i| format!("t{i:05}")).collect();
     let steps: Vec<Value> = ids.iter().map(|id| noop(id, &[])).collect();
     let (run_id, _) = submit(client, "bench: throughput", steps).await?;
-    let timeline = Timeline::follow(client, &run_id, Duration::from_millis(100)).await?;
+    let timeline = Timeline::of_finished_run(client, &run_id, Duration::from_millis(100)).await?;
     let mut first_ready = i64::MAX;
     let mut last_done = i64::MIN;
     let mut latency = Vec::with_capacity(ids.len());
@@ -103,7 +103,7 @@ pub(super) async fn timers(client: &Client) -> anyhow::Result<Value> {
         ids.iter().map(|id| json!({"id": id, "action": "noop", "args": {}, "not_before": due.to_string()})).collect();
     let (run_id, _) = submit(client, "bench: timers", steps).await?;
     anyhow::ensure!(jiff::Timestamp::now() < due, "submitting the timers took longer than their 5 s lead");
-    let timeline = Timeline::follow(client, &run_id, Duration::from_millis(100)).await?;
+    let timeline = Timeline::of_finished_run(client, &run_id, Duration::from_millis(100)).await?;
     let mut started = Vec::with_capacity(ids.len());
     for id in &ids {
         started.push(timeline.get("step_started", id)?);

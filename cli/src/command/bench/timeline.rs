@@ -16,11 +16,25 @@ pub(super) struct Timeline {
 }
 
 impl Timeline {
-    /// Follows the run's events until it finished, reading each event once and pausing `every` after each page
-    /// that was not full (so following a run costs the orchestrator little: the reads share SQLite's one
-    /// connection with the steps being measured); fails unless the run succeeded.
-    pub(super) async fn follow(client: &Client, run_id: &str, every: Duration) -> anyhow::Result<Self> {
+    /// Waits until the run finished, reading its summary (`GET /v1/runs/{id}?view=summary`, one key lookup) every
+    /// `every`, then reads its history once; fails unless the run succeeded. The history is read only after the
+    /// end because reading it costs the orchestrator work that the figures would include: on SQLite every read
+    /// takes the one connection the steps' transactions need (following a 10,000-step run's events while it ran
+    /// took 22 reads of about 6 ms each, some 5 % of its span).
+    pub(super) async fn of_finished_run(client: &Client, run_id: &str, every: Duration) -> anyhow::Result<Self> {
         let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let run = client.get(&format!("/v1/runs/{run_id}?view=summary")).await?;
+            match run["status"].as_str().context("a run summary without `status`")? {
+                "succeeded" => break,
+                status @ ("failed" | "cancelled") => bail!("run {run_id} ended {status}: {}", run["failure"]),
+                _ => {}
+            }
+            if Instant::now() > deadline {
+                bail!("run {run_id} did not finish within 600 s");
+            }
+            tokio::time::sleep(every).await;
+        }
         let mut at = HashMap::new();
         let mut after = 0_i64;
         loop {
@@ -31,17 +45,9 @@ impl Timeline {
                 let (Some(kind), Some(ms)) = (e["kind"].as_str(), e["at_ms"].as_i64()) else { continue };
                 let step = e["step_id"].as_str().unwrap_or_default();
                 at.entry((kind.to_owned(), step.to_owned())).or_insert(ms);
-                match kind {
-                    "run_succeeded" => return Ok(Self { at }),
-                    "run_failed" | "run_cancelled" => bail!("run {run_id} ended with {kind}: {}", e["data"]),
-                    _ => {}
-                }
-            }
-            if Instant::now() > deadline {
-                bail!("run {run_id} did not finish within 600 s");
             }
             if events.len() < PAGE {
-                tokio::time::sleep(every).await;
+                return Ok(Self { at });
             }
         }
     }
