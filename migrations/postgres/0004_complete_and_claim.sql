@@ -18,11 +18,17 @@
 --
 -- The dependent is found by key only, and status checks on key lookups are written `(status = '…') IS TRUE`,
 -- as everywhere in `store/src/sql.rs`, so that no cached generic plan walks a partial index instead.
+-- `successor_action`: the action of a step's one dependent when the call may lease that dependent (set at
+-- submission, `store/src/flow/submit.rs`: the dependent depends on nothing else and has no `when`, approval,
+-- `not_before` timer or `$` in its args); NULL otherwise and for steps stored before this version. The batch
+-- writer calls the function only for such steps, when the claim riding on the completion serves that action.
+ALTER TABLE steps ADD COLUMN successor_action TEXT;
+
 CREATE FUNCTION cairn_complete_and_claim(
     p_run_id TEXT, p_step_id TEXT, p_attempt BIGINT, p_worker_id TEXT, p_output TEXT, p_now BIGINT,
     p_actions TEXT[], p_lease_ttl_ms BIGINT)
 RETURNS TABLE (run_id TEXT, step_id TEXT, attempt BIGINT, action TEXT, args TEXT, timeout_ms BIGINT,
-    heartbeat_timeout_ms BIGINT, deadline_at BIGINT, checkpoint TEXT, available_at BIGINT)
+    heartbeat_timeout_ms BIGINT, deadline_at BIGINT, checkpoint TEXT, available_at BIGINT, successor_action TEXT)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET enable_bitmapscan = off
@@ -83,6 +89,6 @@ BEGIN
 
     RETURN QUERY SELECT v_child.run_id, v_child.step_id, v_child.attempt, v_child.action, v_child.args,
         v_child.timeout_ms, v_child.heartbeat_timeout_ms, v_child.deadline_at, v_child.checkpoint,
-        v_child.available_at;
+        v_child.available_at, v_child.successor_action;
 END;
 $$;

@@ -67,6 +67,12 @@ pub struct Claimed {
     pub heartbeat_timeout_ms: Option<i64>,
     /// Last checkpoint saved by an earlier attempt.
     pub checkpoint: Option<Value>,
+    /// The action of the one step that depends on this one, when that dependent depends on nothing else and has
+    /// no `when`, approval, `not_before` timer or `$` in its args: completing this step under this lease may then
+    /// also lease the dependent in the same call, which the batch writer tries on PostgreSQL when the claim riding
+    /// on the completion serves this action (see [`crate::BatchWriter`]). `None` otherwise, and for steps stored
+    /// before schema v4.
+    pub successor_action: Option<String>,
 }
 
 /// What a claimer asks for.

@@ -13,6 +13,7 @@ pub(crate) struct ClaimedRow {
     pub deadline_at: i64,
     pub checkpoint: Option<String>,
     pub available_at: Option<i64>,
+    pub successor_action: Option<String>,
 }
 
 /// A running step with what deciding its failure needs.
@@ -140,6 +141,9 @@ pub(crate) struct StepInsert {
     pub dep_count: i64,
     /// Steps that depend on this one.
     pub child_count: i64,
+    /// The action of this step's one dependent when completing this step may lease it in the same call (see
+    /// [`crate::model::Claimed::successor_action`]).
+    pub successor_action: Option<String>,
     pub not_before_at: Option<i64>,
     pub not_before_local: Option<String>,
 }

@@ -222,12 +222,12 @@ macro_rules! impl_step_tx {
                 rows: &[$crate::rows::StepInsert],
                 now: i64,
             ) -> $crate::error::StoreResult<()> {
-                // 17 binds per row; 1000 rows stay under SQLite's 32766-variable limit.
+                // 21 binds per row; 1000 rows stay under SQLite's 32766-variable limit.
                 for chunk in rows.chunks(1000) {
                     let mut q = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO steps (run_id, step_id, position, action, status, args, when_expr, trigger_rule, \
                          idempotent, timeout_ms, heartbeat_timeout_ms, retry, approval, dep_count, pending_deps, \
-                         available_at, not_before_at, not_before_local, updated_at, child_count) ",
+                         available_at, not_before_at, not_before_local, updated_at, child_count, successor_action) ",
                     );
                     q.push_values(chunk, |mut b, r| {
                         b.push_bind(run_id)
@@ -249,7 +249,8 @@ macro_rules! impl_step_tx {
                             .push_bind(r.not_before_at)
                             .push_bind(r.not_before_local.as_deref())
                             .push_bind(now)
-                            .push_bind(r.child_count);
+                            .push_bind(r.child_count)
+                            .push_bind(r.successor_action.as_deref());
                     });
                     q.build().execute(&mut **self).await?;
                 }

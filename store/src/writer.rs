@@ -12,13 +12,15 @@
 //! The held connection counts against the pool's size (16): other transactions share the other 15. SQLite has
 //! one connection anyway, so there the writer uses the pool as every other transaction does.
 
+use std::collections::HashMap;
+
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
 use crate::error::StoreResult;
 use crate::flow::batch::{Handoff, report_batch};
 use crate::flow::finish::ReportLimits;
-use crate::model::{BatchOutcome, ClaimRequest, ReportItem};
+use crate::model::{BatchOutcome, ClaimRequest, Lease, ReportItem};
 use crate::postgres::complete_and_claim::{Candidate, complete_and_claim, outcome};
 use crate::{Store, conflict_pause, postgres, tx};
 
@@ -28,13 +30,17 @@ use crate::{Store, conflict_pause, postgres, tx};
 pub struct BatchWriter {
     store: Store,
     held: Option<PoolConnection<Postgres>>,
+    /// PostgreSQL: leases this writer handed out whose step has a successor (`Claimed::successor_action`), with
+    /// that successor's action: the completions worth trying in one call (`cairn_complete_and_claim`). Each is
+    /// forgotten when reported.
+    successors: HashMap<Lease, String>,
 }
 
 impl Store {
     /// A writer for one task's batches (see [`BatchWriter`]).
     #[must_use]
     pub fn batch_writer(&self) -> BatchWriter {
-        BatchWriter { store: self.clone(), held: None }
+        BatchWriter { store: self.clone(), held: None, successors: HashMap::new() }
     }
 }
 
@@ -63,36 +69,89 @@ impl BatchWriter {
         let Store::Postgres(pool) = &self.store else {
             return self.store.report_batch(items, claims, limits, lease_ttl_ms, now_ms, handoff).await;
         };
-        if let Some(candidate) = Candidate::of(items, claims, limits)
-            && let Some(outcome) = in_one_call(&mut self.held, pool, &candidate, lease_ttl_ms, now_ms).await
-        {
-            return outcome;
+        // Tried in one call only for a lease this writer handed out for a step with a successor
+        // (`Claimed::successor_action`) that the riding claim serves: otherwise the call would fall back, a round
+        // trip for nothing.
+        let candidate = match (items, claims) {
+            ([item], [claim]) if self.successors.get(&item.lease).is_some_and(|a| claim.actions.contains(a)) => {
+                Candidate::of(items, claims, limits)
+            }
+            _ => None,
+        };
+        for item in items {
+            self.successors.remove(&item.lease);
         }
-        let batch = Batch { items, claims, limits, lease_ttl_ms, now_ms, handoff };
-        // `tries`: tries that reached past `BEGIN`.
-        let (mut tries, mut closed) = (0_u32, 0_u32);
-        loop {
-            let attempt = write_once(&mut self.held, pool, &batch).await;
-            match attempt {
-                Attempt::Closed(e) if closed < postgres::MAX_CONNECTIONS => {
-                    tracing::debug!(error = %e, "the writer's connection was closed; beginning on another");
-                    closed += 1;
-                    discard(&mut self.held);
-                }
-                Attempt::Closed(e) => {
-                    discard(&mut self.held);
-                    return Err(e.into());
-                }
-                Attempt::Done(Ok(outcome)) => return Ok(outcome),
-                Attempt::Done(Err(e)) => {
-                    tries += 1;
-                    let Some(pause) = conflict_pause(&e, tries) else {
-                        discard(&mut self.held);
-                        return Err(e);
-                    };
-                    tracing::debug!(error = %e, tries, "transaction conflict; retrying");
-                    tokio::time::sleep(pause).await;
-                }
+        let in_one = match candidate {
+            Some(candidate) => in_one_call(&mut self.held, pool, &candidate, lease_ttl_ms, now_ms).await,
+            None => None,
+        };
+        let outcome = match in_one {
+            Some(outcome) => outcome,
+            None => {
+                let batch = Batch { items, claims, limits, lease_ttl_ms, now_ms, handoff };
+                write_general(&mut self.held, pool, &batch).await
+            }
+        };
+        if let Ok(outcome) = &outcome {
+            self.remember(outcome);
+        }
+        outcome
+    }
+
+    /// Remembers the leases of the outcome's claimed steps that have a successor, with its action. Leases that
+    /// are never reported (their worker vanished) would stay: past [`MAX_REMEMBERED`] the map starts again
+    /// empty, which only sends completions the general way.
+    fn remember(&mut self, outcome: &BatchOutcome) {
+        for step in outcome.claimed.iter().chain(&outcome.handed).flatten() {
+            let Some(action) = &step.successor_action else { continue };
+            if self.successors.len() >= MAX_REMEMBERED {
+                self.successors.clear();
+            }
+            self.successors.insert(step.lease.clone(), action.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+impl BatchWriter {
+    /// The successor's action remembered for `lease`, if any.
+    pub(crate) fn successor_of(&self, lease: &Lease) -> Option<&str> {
+        self.successors.get(lease).map(String::as_str)
+    }
+}
+
+/// Most leases [`BatchWriter`] remembers as worth a one-call completion (about 150 bytes each).
+const MAX_REMEMBERED: usize = 65_536;
+
+/// The general path: the batch's transaction on the held connection, retried as [`BatchWriter::report_batch`]
+/// says.
+async fn write_general(
+    held: &mut Option<PoolConnection<Postgres>>,
+    pool: &PgPool,
+    batch: &Batch<'_>,
+) -> StoreResult<BatchOutcome> {
+    // `tries`: tries that reached past `BEGIN`.
+    let (mut tries, mut closed) = (0_u32, 0_u32);
+    loop {
+        match write_once(held, pool, batch).await {
+            Attempt::Closed(e) if closed < postgres::MAX_CONNECTIONS => {
+                tracing::debug!(error = %e, "the writer's connection was closed; beginning on another");
+                closed += 1;
+                discard(held);
+            }
+            Attempt::Closed(e) => {
+                discard(held);
+                return Err(e.into());
+            }
+            Attempt::Done(Ok(outcome)) => return Ok(outcome),
+            Attempt::Done(Err(e)) => {
+                tries += 1;
+                let Some(pause) = conflict_pause(&e, tries) else {
+                    discard(held);
+                    return Err(e);
+                };
+                tracing::debug!(error = %e, tries, "transaction conflict; retrying");
+                tokio::time::sleep(pause).await;
             }
         }
     }

@@ -83,6 +83,7 @@ pub(crate) fn claimed(row: ClaimedRow, lease: Lease, args: Value, now_ms: i64) -
         timeout_ms: row.timeout_ms,
         heartbeat_timeout_ms: row.heartbeat_timeout_ms,
         checkpoint,
+        successor_action: row.successor_action,
     })
 }
 

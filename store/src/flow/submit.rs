@@ -183,11 +183,42 @@ fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
             approval: step.approval.as_ref().map(|a| json!(a).to_string()),
             dep_count: i64::try_from(deps.len()).unwrap_or(i64::MAX),
             child_count: children.get(&step.id).copied().unwrap_or(0),
+            successor_action: None,
             not_before_at: timer.as_ref().map(|t| t.0),
             not_before_local: timer.map(|t| t.1),
         });
     }
+    set_successors(&mut rows, &edges(run));
     Ok(rows)
+}
+
+/// Sets `successor_action` on each row whose one dependent the completion may lease in the same call: that
+/// dependent depends on nothing else and has no `when`, approval (even one not required: the release leaves any
+/// approval to Rust), `not_before` timer or `$` in its args (no placeholder to resolve, which could fail it).
+/// These are the conditions under which the release itself makes a dependent ready (`sql::release!`) plus the
+/// placeholder one; `cairn_complete_and_claim` checks them again, with the dynamic ones.
+fn set_successors(rows: &mut [StepInsert], edges: &[(String, String)]) {
+    let mut only_child: HashMap<&str, Option<&str>> = HashMap::new();
+    for (parent, child) in edges {
+        only_child.entry(parent.as_str()).and_modify(|c| *c = None).or_insert(Some(child.as_str()));
+    }
+    let index: HashMap<&str, usize> = rows.iter().enumerate().map(|(i, r)| (r.step_id.as_str(), i)).collect();
+    let successors: Vec<(usize, String)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let child = &rows[*index.get(only_child.get(r.step_id.as_str()).copied().flatten()?)?];
+            let simple = child.dep_count == 1
+                && child.when_expr.is_none()
+                && child.approval.is_none()
+                && child.not_before_at.is_none()
+                && !child.args.contains('$');
+            simple.then(|| (i, child.action.clone()))
+        })
+        .collect();
+    for (i, action) in successors {
+        rows[i].successor_action = Some(action);
+    }
 }
 
 fn edges(run: &NewRun) -> Vec<(String, String)> {

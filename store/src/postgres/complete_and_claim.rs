@@ -23,7 +23,7 @@ const GENERAL_PATH: &str = "CRN01";
 
 /// The call: one prepared text (the function's own statements are planned once per connection).
 const CALL: &str = "SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, \
-     checkpoint, available_at FROM cairn_complete_and_claim($1, $2, $3, $4, $5, $6, $7, $8)";
+     checkpoint, available_at, successor_action FROM cairn_complete_and_claim($1, $2, $3, $4, $5, $6, $7, $8)";
 
 /// A batch this path can serve: one completion whose output fits the limit, and one claim for at least one
 /// step by the same worker (the claim a worker sends with its completion).
@@ -238,6 +238,43 @@ mod tests {
         assert!(call(&store, &later, &["noop"]).await.is_none(), "another attempt's report");
 
         assert_eq!(state(&store).await, before);
+    }
+
+    #[sqlx::test(migrations = false)]
+    #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+    async fn the_writer_tries_one_call_only_for_steps_whose_successor_the_claim_serves(pool: PgPool) {
+        let store = Store::Postgres(pool);
+        store.migrate().await.expect("migrations apply");
+        let steps = json!([
+            noop("a", &[], json!({})), noop("b", &["a"], json!({})),
+            {"id": "c", "action": "sleep", "depends_on": ["b"], "args": {"duration_ms": 1}},
+            noop("x", &[], json!({})),
+            noop("y", &[], json!({})), noop("z", &["y"], json!({"v": "$y.output"})),
+        ]);
+        let plan = validate_value(&json!({"goal": "g", "steps": steps}), &StaticCatalog::builtin(), &Limits::default())
+            .plan
+            .expect("the plan validates");
+        let run =
+            NewRun { run_id: "r1".into(), plan, input: json!({}), idempotency_key: None, timers: vec![], now_ms: T0 };
+        store.create_run(&run).await.expect("created");
+        let mut writer = store.batch_writer();
+        let nobody = |_: usize| Vec::new();
+        let claim = |limit| [ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit, now_ms: 0 }];
+        let first = writer.report_batch(&[], &claim(4), LIMITS, 30_000, T0, &nobody).await.expect("commits");
+        let lease = |id: &str| first.claimed[0].iter().find(|c| c.lease.step_id == id).expect("leased").lease.clone();
+        let (a, x, y) = (lease("a"), lease("x"), lease("y"));
+
+        assert_eq!(writer.successor_of(&a), Some("noop"), "a's one dependent b can be leased with a's completion");
+        assert_eq!(writer.successor_of(&x), None, "x is a leaf: its completion goes the general way");
+        assert_eq!(writer.successor_of(&y), None, "z has a placeholder to resolve: the general way");
+
+        let complete = |lease: &Lease| [ReportItem { lease: lease.clone(), kind: ReportKind::Complete(json!({})) }];
+        let done = writer.report_batch(&complete(&a), &claim(1), LIMITS, 30_000, T0 + 1, &nobody).await.expect("ok");
+
+        let b = &done.claimed[0][0];
+        assert_eq!((b.lease.step_id.as_str(), b.successor_action.as_deref()), ("b", Some("sleep")));
+        assert_eq!(writer.successor_of(&a), None, "a reported lease is forgotten");
+        assert_eq!(writer.successor_of(&b.lease), Some("sleep"), "the call's own claim is remembered too");
     }
 
     /// A fresh database `name` on the server behind `pool`, for one case.

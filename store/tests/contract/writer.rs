@@ -148,7 +148,52 @@ async fn a_completion_the_one_call_cannot_take_goes_the_general_way_with_nothing
     assert_eq!(kinds.iter().filter(|k| *k == "step_ready").count(), 3, "a, then b and c: {kinds:?}");
 }
 
+async fn a_claimed_step_names_its_successors_action_only_when_its_completion_may_lease_it(store: Store) {
+    let step = |id: &str, action: &str, deps: &[&str], extra: Value| {
+        let mut s = json!({"id": id, "action": action, "depends_on": deps, "args": {}});
+        let (Some(fields), Some(extra)) = (s.as_object_mut(), extra.as_object()) else { unreachable!("objects") };
+        fields.extend(extra.clone());
+        s
+    };
+    let doc = steps(vec![
+        step("simple", "noop", &[], json!({})),
+        step("simple_next", "condition.eval", &["simple"], json!({"args": {"expr": "true"}})),
+        step("leaf", "noop", &[], json!({})),
+        step("fan", "noop", &[], json!({})),
+        step("fan_1", "noop", &["fan"], json!({})),
+        step("fan_2", "noop", &["fan"], json!({})),
+        step("join_a", "noop", &[], json!({})),
+        step("join_b", "noop", &[], json!({})),
+        step("join", "noop", &["join_a", "join_b"], json!({})),
+        step("cond", "noop", &[], json!({})),
+        step("cond_next", "noop", &["cond"], json!({"when": "true"})),
+        step("gate", "noop", &[], json!({})),
+        step("gate_next", "noop", &["gate"], json!({"approval": {"required": false}})),
+        step("data", "noop", &[], json!({})),
+        step("data_next", "noop", &["data"], json!({"args": {"v": "$data.output"}})),
+    ]);
+    submit(&store, "r1", &doc).await;
+
+    let claimed = store.claim(&ClaimRequest { now_ms: T0, ..request(100) }, TTL).await.expect("claims");
+
+    let mut successors: Vec<(&str, Option<&str>)> =
+        claimed.iter().map(|c| (c.lease.step_id.as_str(), c.successor_action.as_deref())).collect();
+    successors.sort_unstable();
+    let expected = [
+        ("cond", None),
+        ("data", None),
+        ("fan", None),
+        ("gate", None),
+        ("join_a", None),
+        ("join_b", None),
+        ("leaf", None),
+        ("simple", Some("condition.eval")),
+    ];
+    assert_eq!(successors, expected, "only `simple` has a successor its completion may lease");
+}
+
 contract_tests!(
+    a_claimed_step_names_its_successors_action_only_when_its_completion_may_lease_it,
     a_chain_through_the_writer_leaves_the_rows_and_events_the_general_path_leaves,
     a_completion_the_one_call_cannot_take_goes_the_general_way_with_nothing_lost,
 );
