@@ -40,6 +40,11 @@ DECLARE
     v_open BIGINT;
     v_cancel BIGINT;
 BEGIN
+    -- Read-only, so checked first: under a backlog this is the usual reason to fall back.
+    IF EXISTS (SELECT 1 FROM steps r WHERE r.status = 'ready' AND r.available_at <= p_now
+               AND r.action = ANY (p_actions)) THEN
+        RAISE EXCEPTION 'cairn: an older ready step comes first' USING ERRCODE = 'CRN01';
+    END IF;
     UPDATE steps s SET status = 'succeeded', output = p_output, error = NULL, lease_id = NULL, lease_owner = NULL,
         lease_expires_at = NULL, finished_at = p_now, updated_at = p_now
     WHERE s.run_id = p_run_id AND s.step_id = p_step_id AND s.attempt = p_attempt
@@ -47,10 +52,6 @@ BEGIN
     RETURNING s.child_count INTO v_children;
     IF NOT FOUND OR v_children <> 1 THEN
         RAISE EXCEPTION 'cairn: not a single-dependent completion under a current lease' USING ERRCODE = 'CRN01';
-    END IF;
-    IF EXISTS (SELECT 1 FROM steps r WHERE r.status = 'ready' AND r.available_at <= p_now
-               AND r.action = ANY (p_actions)) THEN
-        RAISE EXCEPTION 'cairn: an older ready step comes first' USING ERRCODE = 'CRN01';
     END IF;
     UPDATE attempts a SET status = 'succeeded', ended_at = p_now
     WHERE a.run_id = p_run_id AND a.step_id = p_step_id AND a.attempt = p_attempt;

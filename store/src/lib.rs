@@ -36,7 +36,7 @@ pub use flow::batch::Handoff;
 pub use flow::control::OperatorAction;
 pub use flow::finish::{Report, ReportLimits};
 pub use model::*;
-pub use writer::BatchWriter;
+pub use writer::{BatchWriter, OneCallCounts};
 
 /// SQLite migrations (`migrations/sqlite`), embedded in the binary.
 pub static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");

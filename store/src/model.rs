@@ -71,7 +71,7 @@ pub struct Claimed {
     /// no `when`, approval, `not_before` timer or `$` in its args: completing this step under this lease may then
     /// also lease the dependent in the same call, which the batch writer tries on PostgreSQL when the claim riding
     /// on the completion serves this action (see [`crate::BatchWriter`]). `None` otherwise, and for steps stored
-    /// before schema v4.
+    /// before the column existed (PostgreSQL schema v4, SQLite v5).
     pub successor_action: Option<String>,
 }
 

@@ -21,7 +21,7 @@ use crate::error::StoreResult;
 use crate::flow::batch::{Handoff, report_batch};
 use crate::flow::finish::ReportLimits;
 use crate::model::{BatchOutcome, ClaimRequest, Lease, ReportItem};
-use crate::postgres::complete_and_claim::{Candidate, complete_and_claim, outcome};
+use crate::postgres::complete_and_claim::{Candidate, committed, complete_and_claim, outcome};
 use crate::{Store, conflict_pause, postgres, tx};
 
 /// Writes batches for one task, holding its PostgreSQL connection between them (see the module docs). Made by
@@ -34,13 +34,25 @@ pub struct BatchWriter {
     /// that successor's action: the completions worth trying in one call (`cairn_complete_and_claim`). Each is
     /// forgotten when reported.
     successors: HashMap<Lease, String>,
+    one_call: OneCallCounts,
+}
+
+/// How many completions a [`BatchWriter`] tried in one call (`cairn_complete_and_claim`, PostgreSQL), by how
+/// they ended. A fallback went on to the general path; both counts only grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OneCallCounts {
+    /// Calls that committed: the completion and the dependent's claim were written by the call.
+    pub committed: u64,
+    /// Calls that wrote nothing (the function found a case it leaves to the general path, or an error rolled
+    /// it back).
+    pub fell_back: u64,
 }
 
 impl Store {
     /// A writer for one task's batches (see [`BatchWriter`]).
     #[must_use]
     pub fn batch_writer(&self) -> BatchWriter {
-        BatchWriter { store: self.clone(), held: None, successors: HashMap::new() }
+        BatchWriter { store: self.clone(), held: None, successors: HashMap::new(), one_call: OneCallCounts::default() }
     }
 }
 
@@ -82,7 +94,16 @@ impl BatchWriter {
             self.successors.remove(&item.lease);
         }
         let in_one = match candidate {
-            Some(candidate) => in_one_call(&mut self.held, pool, &candidate, lease_ttl_ms, now_ms).await,
+            Some(candidate) => {
+                let done = in_one_call(&mut self.held, pool, &candidate, lease_ttl_ms, now_ms).await;
+                match &done {
+                    Some(Ok(_)) => self.one_call.committed += 1,
+                    None => self.one_call.fell_back += 1,
+                    // Lost connection, and the read of what committed failed: unknown.
+                    Some(Err(_)) => {}
+                }
+                done
+            }
             None => None,
         };
         let outcome = match in_one {
@@ -96,6 +117,12 @@ impl BatchWriter {
             self.remember(outcome);
         }
         outcome
+    }
+
+    /// How the completions this writer tried in one call ended (for tests and metrics).
+    #[must_use]
+    pub fn one_call_counts(&self) -> OneCallCounts {
+        self.one_call
     }
 
     /// Remembers the leases of the outcome's claimed steps that have a successor, with its action. Leases that
@@ -158,9 +185,13 @@ async fn write_general(
 }
 
 /// A batch of one completion and the claim riding on it, in one call ([`complete_and_claim`]) on the held
-/// connection (taken from `pool` when none is). `None`: take the general path. Nothing was written then, except
-/// when the connection was lost during the call (see [`complete_and_claim`]); the connection is dropped after any
-/// error, and the general path begins on a fresh one.
+/// connection (taken from `pool` when none is). `None`: nothing was written; take the general path.
+///
+/// After an error the connection is dropped. When the connection was lost during the call, the call may have
+/// committed before the answer was lost: a fresh connection then reads whether it did ([`committed`]), and
+/// answers the batch as the call would have, so the completion is not answered "stale" and the dependent it
+/// leased is handed out rather than left to lease expiry (where a non-idempotent step would be parked as
+/// `outcome_unknown` though it never started). Any other error rolled the call back.
 async fn in_one_call(
     held: &mut Option<PoolConnection<Postgres>>,
     pool: &PgPool,
@@ -175,9 +206,16 @@ async fn in_one_call(
     match complete_and_claim(connection, candidate, lease_ttl_ms, now_ms).await {
         Ok(row) => row.map(|row| outcome(row, candidate, now_ms)),
         Err(e) => {
-            tracing::debug!(error = %e, "the one-call completion failed; taking the general path");
             discard(held);
-            None
+            if !postgres::lost_connection(&e) {
+                tracing::debug!(error = %e, "the one-call completion failed; taking the general path");
+                return None;
+            }
+            tracing::debug!(error = %e, "the connection was lost during a one-call completion; reading what committed");
+            match committed(pool, candidate, now_ms).await {
+                Ok(row) => row.map(|row| outcome(row, candidate, now_ms)),
+                Err(e) => Some(Err(e.into())),
+            }
         }
     }
 }

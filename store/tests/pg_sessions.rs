@@ -118,4 +118,6 @@ async fn a_chain_step_whose_one_call_meets_a_closed_connection_goes_through_the_
     let events = store.events("r1", 0, 100).await.expect("events");
     let kinds = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
     assert_eq!((kinds("step_succeeded"), kinds("step_started")), (1, 2), "written once: {events:?}");
+    let tried = writer.one_call_counts();
+    assert_eq!((tried.committed, tried.fell_back), (0, 1), "the call met the closed connection and wrote nothing");
 }

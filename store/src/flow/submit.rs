@@ -196,7 +196,9 @@ fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
 /// dependent depends on nothing else and has no `when`, approval (even one not required: the release leaves any
 /// approval to Rust), `not_before` timer or `$` in its args (no placeholder to resolve, which could fail it).
 /// These are the conditions under which the release itself makes a dependent ready (`sql::release!`) plus the
-/// placeholder one; `cairn_complete_and_claim` checks them again, with the dynamic ones.
+/// placeholder one; `cairn_complete_and_claim` checks them again, with the dynamic ones. The dependent's trigger
+/// rule is not checked: every rule (`all_success`, `all_done`, `none_failed`, `one_success`) runs a step whose
+/// one dependency succeeded; a rule added later that does not must be excluded here and in the function.
 fn set_successors(rows: &mut [StepInsert], edges: &[(String, String)]) {
     let mut only_child: HashMap<&str, Option<&str>> = HashMap::new();
     for (parent, child) in edges {

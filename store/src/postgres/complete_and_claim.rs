@@ -10,7 +10,7 @@
 //! case the function raises SQLSTATE `CRN01`, which rolls the call back whole, and the writer takes the general
 //! path.
 
-use sqlx::{PgConnection, Postgres};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use crate::error::{StoreError, StoreResult};
 use crate::flow::claim;
@@ -51,9 +51,8 @@ impl<'a> Candidate<'a> {
 /// `None` when the general path must decide and nothing was written.
 ///
 /// # Errors
-/// sqlx's error. Any error but a lost connection rolled the call back. A connection lost during the call leaves
-/// it unknown whether the call committed, as a `COMMIT` does on the general path: retried, the completion is
-/// then stale if it had committed, and the dependent it leased runs again after its lease expires.
+/// sqlx's error. Any error but a lost connection rolled the call back; after a lost connection, [`committed`]
+/// tells whether the call committed.
 pub(crate) async fn complete_and_claim(
     connection: &mut PgConnection,
     candidate: &Candidate<'_>,
@@ -78,6 +77,49 @@ pub(crate) async fn complete_and_claim(
         Err(e) => Err(e),
     }
 }
+
+/// Whether a call for `candidate` at `now` committed, read on a fresh connection from `pool` after the call's
+/// connection was lost: the dependent's row as the call returned it if so (the completed step succeeded under
+/// the candidate's attempt at `now`, and its dependent is running under the same worker, started at `now`: the
+/// call's own writes, which nothing else makes at that instant for that lease), `None` if not (nothing of the
+/// call was written).
+///
+/// # Errors
+/// sqlx's error when the read fails on a live connection, or on every pooled one (the outcome is then unknown,
+/// as after a lost `COMMIT`).
+pub(crate) async fn committed(
+    pool: &PgPool,
+    candidate: &Candidate<'_>,
+    now: i64,
+) -> Result<Option<ClaimedRow>, sqlx::Error> {
+    let Candidate { lease, .. } = candidate;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let read = sqlx::query_as::<Postgres, ClaimedRow>(COMMITTED)
+            .bind(&lease.run_id)
+            .bind(&lease.step_id)
+            .bind(i64::from(lease.attempt))
+            .bind(&lease.worker_id)
+            .bind(now)
+            .fetch_optional(pool)
+            .await;
+        match read {
+            // The pool's other connections may have died with the call's (a database restart): try another, as
+            // `postgres::begin` does.
+            Err(e) if tries <= super::MAX_CONNECTIONS && super::lost_connection(&e) => {}
+            other => return other,
+        }
+    }
+}
+
+/// The read of [`committed`]. Index: `steps` PK, `step_edges` PK.
+const COMMITTED: &str = "SELECT d.run_id, d.step_id, d.attempt, d.action, d.args, d.timeout_ms, \
+     d.heartbeat_timeout_ms, d.deadline_at, d.checkpoint, d.available_at, d.successor_action \
+     FROM steps p JOIN step_edges e ON e.run_id = p.run_id AND e.parent = p.step_id \
+     JOIN steps d ON d.run_id = e.run_id AND d.step_id = e.child \
+     WHERE p.run_id = $1 AND p.step_id = $2 AND p.attempt = $3 AND (p.status = 'succeeded') IS TRUE \
+       AND p.finished_at = $5 AND (d.status = 'running') IS TRUE AND d.lease_owner = $4 AND d.started_at = $5";
 
 /// The batch's outcome once the call committed `row`: the completion succeeded, and the claim got the
 /// dependent, whose args hold no placeholder (the function checks).
@@ -144,10 +186,22 @@ mod tests {
         json!({"id": id, "action": "sleep", "args": {"duration_ms": 1}})
     }
 
-    /// Statuses of `r1`'s steps by id, and how many events it has.
-    async fn state(store: &Store) -> (Vec<(String, String)>, usize) {
-        let steps = store.steps("r1").await.expect("steps").into_iter().map(|s| (s.id, s.status)).collect();
-        (steps, store.events("r1", 0, 1000).await.expect("events").len())
+    /// Everything a call writes, for `r1`: each step's status, attempt, pending dependencies, lease and update
+    /// time; each attempt's status; the run's counter and update time; how many events.
+    async fn state(store: &Store) -> Vec<String> {
+        const STEPS: &str = "SELECT step_id || ' ' || status || ' ' || attempt || ' ' || pending_deps || ' ' || \
+             COALESCE(lease_owner, '-') || ' ' || updated_at || ' ' || COALESCE(output, '-') FROM steps \
+             WHERE run_id = 'r1' ORDER BY step_id";
+        const ATTEMPTS: &str = "SELECT step_id || ' ' || attempt || ' ' || status FROM attempts \
+             WHERE run_id = 'r1' ORDER BY step_id, attempt";
+        const RUN: &str = "SELECT 'run ' || open_steps || ' ' || updated_at || ' ' || \
+             (SELECT count(*) FROM run_events WHERE run_id = 'r1') || ' events' FROM runs WHERE id = 'r1'";
+        let Store::Postgres(pool) = store else { unreachable!("a PostgreSQL store") };
+        let mut lines = Vec::new();
+        for sql in [STEPS, ATTEMPTS, RUN] {
+            lines.extend(sqlx::query_scalar::<Postgres, String>(sql).fetch_all(pool).await.expect("read"));
+        }
+        lines
     }
 
     #[sqlx::test(migrations = false)]
@@ -159,8 +213,9 @@ mod tests {
         let row = call(&store, &a, &["noop"]).await.expect("the call takes the chain step");
 
         assert_eq!((row.step_id.as_str(), row.attempt, row.deadline_at), ("b", 1, T0 + 1 + 20_000));
-        let (steps, _) = state(&store).await;
-        assert_eq!(steps, [("a".into(), "succeeded".into()), ("b".into(), "running".into())]);
+        let statuses: Vec<(String, String)> =
+            store.steps("r1").await.expect("steps").into_iter().map(|s| (s.id, s.status)).collect();
+        assert_eq!(statuses, [("a".into(), "succeeded".into()), ("b".into(), "running".into())]);
         assert_eq!(run_open_steps(&store).await, 1, "a is counted against the run, b keeps it open");
     }
 
@@ -212,7 +267,8 @@ mod tests {
             ),
         ];
         for (case, steps, actions, timers) in cases {
-            let db = format!("cairn_t_cc_{}", std::process::id());
+            // Named as the end-to-end harness names its databases, so its sweep drops one a failed run left.
+            let db = format!("cairn_t_{}_one_call", std::process::id());
             let (store, a) = leased_root(fresh(&pool, &db).await, steps, timers).await;
             let before = state(&store).await;
 
@@ -275,6 +331,26 @@ mod tests {
         assert_eq!((b.lease.step_id.as_str(), b.successor_action.as_deref()), ("b", Some("sleep")));
         assert_eq!(writer.successor_of(&a), None, "a reported lease is forgotten");
         assert_eq!(writer.successor_of(&b.lease), Some("sleep"), "the call's own claim is remembered too");
+    }
+
+    #[sqlx::test(migrations = false)]
+    #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+    async fn after_a_lost_connection_the_read_back_finds_the_call_only_if_it_committed(pool: PgPool) {
+        let (store, a) =
+            leased_root(pool, json!([noop("a", &[], json!({})), noop("b", &["a"], json!({}))]), vec![]).await;
+        let Store::Postgres(pool) = &store else { unreachable!("a PostgreSQL store") };
+        let items = [ReportItem { lease: a.clone(), kind: ReportKind::Complete(json!({"x": 1})) }];
+        let claims =
+            [ClaimRequest { worker_id: a.worker_id.clone(), actions: vec!["noop".into()], limit: 1, now_ms: 0 }];
+        let candidate = Candidate::of(&items, &claims, LIMITS).expect("a candidate");
+
+        assert!(committed(pool, &candidate, T0 + 1).await.expect("read").is_none(), "nothing committed yet");
+        let mut connection = pool.acquire().await.expect("a connection");
+        let row = complete_and_claim(&mut connection, &candidate, 30_000, T0 + 1).await.expect("ok").expect("taken");
+
+        let read = committed(pool, &candidate, T0 + 1).await.expect("read").expect("the call committed");
+        assert_eq!(format!("{read:?}"), format!("{row:?}"), "the read gives the row the call returned");
+        assert!(committed(pool, &candidate, T0 + 2).await.expect("read").is_none(), "another instant: not this call");
     }
 
     /// A fresh database `name` on the server behind `pool`, for one case.

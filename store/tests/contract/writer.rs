@@ -1,12 +1,13 @@
 //! The batch writer (`Store::batch_writer`) decides every batch as `Store::report_batch` does. On PostgreSQL a
 //! batch of one completion and the claim riding on it goes through `cairn_complete_and_claim`, one call instead
 //! of four round trips, when the completed step's one dependent needs no decision in Rust; these behaviours
-//! check that the rows and events it leaves are those of the general path, byte for byte.
+//! check that it is taken, and that the rows (every column a completion or a claim writes) and the events
+//! (kind, step, data as JSON, time, in order) it leaves are those of the general path.
 
 use cairn_store::{BatchOutcome, BatchWriter, ClaimRequest, Lease, Report, ReportItem, ReportKind, Store};
 use serde_json::{Value, json};
 
-use super::support::{LIMITS, T0, TTL, events, noop, run, steps, submit};
+use super::support::{LIMITS, T0, TTL, create, events, new_run, noop, run, steps, submit};
 
 fn complete(lease: &Lease, output: Value) -> ReportItem {
     ReportItem { lease: lease.clone(), kind: ReportKind::Complete(output) }
@@ -122,30 +123,44 @@ async fn a_chain_through_the_writer_leaves_the_rows_and_events_the_general_path_
         assert_eq!(run(&store, run_id).await.status, "succeeded");
     }
 
+    let tried = writer.one_call_counts();
+    let expected = if matches!(store, Store::Postgres(_)) { (2, 0) } else { (0, 0) };
+    assert_eq!((tried.committed, tried.fell_back), expected, "a → b and b → c went in one call on PostgreSQL");
     assert_eq!(rows(&store, "by-writer").await, rows(&store, "by-store").await, "the same rows");
     assert_eq!(history(&store, "by-writer").await, history(&store, "by-store").await, "the same events in order");
 }
 
-async fn a_completion_the_one_call_cannot_take_goes_the_general_way_with_nothing_lost(store: Store) {
-    // a has two dependents: the writer cannot serve the completion in one call, and must not lose it.
-    let doc = steps(vec![noop("a", &[], json!({})), noop("b", &["a"], json!({})), noop("c", &["a"], json!({}))]);
+async fn a_one_call_that_falls_back_leaves_the_general_path_to_serve_the_oldest_ready_step(store: Store) {
+    // a → b qualifies for the one call, but `z` (a `sleep`, which the completion's claim also serves) has been
+    // ready since T0: the general claim serves it first, so the call must fall back and write nothing.
+    let doc = steps(vec![
+        noop("a", &[], json!({})),
+        noop("b", &["a"], json!({})),
+        json!({"id": "z", "action": "sleep", "args": {"duration_ms": 1}}),
+    ]);
     submit(&store, "r1", &doc).await;
     let nobody = |_: usize| Vec::new();
     let mut writer = store.batch_writer();
     let first = writer.report_batch(&[], &[request(1)], LIMITS, TTL, T0, &nobody).await.expect("commits");
-    let lease = first.claimed[0][0].lease.clone();
+    let a = first.claimed[0][0].lease.clone();
+    assert_eq!(a.step_id, "a", "the root claim serves `noop` only");
+    let both = ClaimRequest { actions: vec!["noop".into(), "sleep".into()], ..request(1) };
 
-    let outcome = writer
-        .report_batch(&[complete(&lease, json!({}))], &[request(1)], LIMITS, TTL, T0 + 1, &nobody)
-        .await
-        .expect("commits");
+    let outcome =
+        writer.report_batch(&[complete(&a, json!({}))], &[both], LIMITS, TTL, T0 + 1, &nobody).await.expect("commits");
 
     assert_eq!(outcome.reports, [Report::Succeeded]);
-    assert_eq!(outcome.claimed[0].len(), 1, "the claim takes one of the two released steps");
-    assert_eq!(outcome.ready_now, 1, "the other is left for waiting claimers");
+    let claimed: Vec<&str> = outcome.claimed[0].iter().map(|c| c.lease.step_id.as_str()).collect();
+    assert_eq!(claimed, ["z"], "the oldest ready step first");
+    assert_eq!(outcome.ready_now, 1, "b is left ready for waiting claimers");
     let kinds: Vec<String> = events(&store, "r1").await.into_iter().map(|e| e.kind).collect();
-    assert_eq!(kinds.iter().filter(|k| *k == "step_succeeded").count(), 1, "{kinds:?}");
-    assert_eq!(kinds.iter().filter(|k| *k == "step_ready").count(), 3, "a, then b and c: {kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "step_succeeded").count(), 1, "written once: {kinds:?}");
+    let tried = writer.one_call_counts();
+    if matches!(store, Store::Postgres(_)) {
+        assert_eq!((tried.committed, tried.fell_back), (0, 1), "PostgreSQL tried the call, which fell back");
+    } else {
+        assert_eq!((tried.committed, tried.fell_back), (0, 0), "SQLite has no one-call path");
+    }
 }
 
 async fn a_claimed_step_names_its_successors_action_only_when_its_completion_may_lease_it(store: Store) {
@@ -173,6 +188,13 @@ async fn a_claimed_step_names_its_successors_action_only_when_its_completion_may
         step("data_next", "noop", &["data"], json!({"args": {"v": "$data.output"}})),
     ]);
     submit(&store, "r1", &doc).await;
+    // A dependent with a `not_before` timer (already due or not, it is left to the general path).
+    let mut timed = new_run(
+        "r2",
+        &steps(vec![step("timed", "noop", &[], json!({})), step("timed_next", "noop", &["timed"], json!({}))]),
+    );
+    timed.timers[1] = Some((T0, "2026-01-01T00:00:00Z".into()));
+    create(&store, &timed).await;
 
     let claimed = store.claim(&ClaimRequest { now_ms: T0, ..request(100) }, TTL).await.expect("claims");
 
@@ -188,6 +210,7 @@ async fn a_claimed_step_names_its_successors_action_only_when_its_completion_may
         ("join_b", None),
         ("leaf", None),
         ("simple", Some("condition.eval")),
+        ("timed", None),
     ];
     assert_eq!(successors, expected, "only `simple` has a successor its completion may lease");
 }
@@ -195,5 +218,5 @@ async fn a_claimed_step_names_its_successors_action_only_when_its_completion_may
 contract_tests!(
     a_claimed_step_names_its_successors_action_only_when_its_completion_may_lease_it,
     a_chain_through_the_writer_leaves_the_rows_and_events_the_general_path_leaves,
-    a_completion_the_one_call_cannot_take_goes_the_general_way_with_nothing_lost,
+    a_one_call_that_falls_back_leaves_the_general_path_to_serve_the_oldest_ready_step,
 );
