@@ -30,6 +30,7 @@ pub struct Metrics {
     registry: Registry,
     dispatch_latency: HistogramVec,
     step_duration: HistogramVec,
+    one_call: IntCounterVec,
     /// Worker id → when it was last heard from (epoch ms).
     workers: Mutex<HashMap<String, i64>>,
 }
@@ -65,11 +66,27 @@ impl Metrics {
             "Time from claiming a step attempt to its report, by how the report ended the attempt.",
             &["action", "outcome"],
         );
+        let one_call = IntCounterVec::new(
+            Opts::new(
+                "cairn_one_call_completions_total",
+                "PostgreSQL: completions this orchestrator tried to write together with their dependent's claim in one \
+                 call, by outcome (`committed`, or `fell_back` to the general transaction, which then wrote them).",
+            ),
+            &["outcome"],
+        )
+        .expect("constant metric names and labels are valid");
         let registry = Registry::new();
         for collector in [&dispatch_latency, &step_duration] {
             registry.register(Box::new(collector.clone())).expect("each metric is registered once");
         }
-        Self { registry, dispatch_latency, step_duration, workers: Mutex::default() }
+        registry.register(Box::new(one_call.clone())).expect("each metric is registered once");
+        Self { registry, dispatch_latency, step_duration, one_call, workers: Mutex::default() }
+    }
+
+    /// The batch writer tried `committed + fell_back` completions in one call since the last report.
+    pub fn one_call(&self, committed: u64, fell_back: u64) {
+        self.one_call.with_label_values(&["committed"]).inc_by(committed);
+        self.one_call.with_label_values(&["fell_back"]).inc_by(fell_back);
     }
 
     /// A step of `action` was claimed `latency_ms` after it became claimable.
@@ -235,6 +252,18 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "the scrape has `{line}`:\n{text}");
         }
+    }
+
+    #[test]
+    fn one_call_completions_are_counted_by_outcome() {
+        let metrics = Metrics::new();
+        metrics.one_call(2, 0);
+        metrics.one_call(1, 1);
+
+        let text = metrics.render(None, 0, 10_000);
+
+        assert!(text.contains("cairn_one_call_completions_total{outcome=\"committed\"} 3"), "{text}");
+        assert!(text.contains("cairn_one_call_completions_total{outcome=\"fell_back\"} 1"), "{text}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Issue 6, second acceptance point: `GET /metrics` moves as a run progresses. The orchestrator runs on a manual
+//! Issue 6, second acceptance point: `GET /metrics` moves as a run progresses (and, issue 8, counts the chain
+//! steps PostgreSQL writes in one call). The orchestrator runs on a manual
 //! clock; a real `cairn worker` process (build it first: `cargo build -p cairn-cli`) is started only once the
 //! queue has been observed, so the queue, timer and age gauges are seen before they drain.
 
@@ -101,4 +102,36 @@ async fn metrics_follow_a_run_from_queued_to_succeeded() {
     assert_eq!(after.get("cairn_timers_due_unfired"), 0.0, "the timer fired");
     assert_eq!(after.get("cairn_active_leases"), 0.0, "no attempt is running");
     assert_eq!(after.get("cairn_connected_workers"), 1.0, "the worker is connected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_on_postgresql_counts_its_steps_written_in_one_call() {
+    if !cairn_tests::backends().contains(&Backend::Postgres) {
+        return; // `backends` printed that PostgreSQL was skipped
+    }
+    // Arrange: a chain of three `noop` steps, and a real worker process with one slot (so no poll of its own
+    // shares a batch with a completion, and each completion comes with the claim for the slot it frees).
+    let clock = Arc::new(ManualClock::new(START.parse().unwrap()));
+    let app = HttpApp::start(Backend::Postgres, clock, None).await;
+    let dir = TempDir::new();
+    let worker = CairnProcess::worker("worker", &app.grpc_url, dir.path(), &["--concurrency", "1"], &[]);
+    let plan = json!({"goal": "chain", "steps": [
+        {"id": "a", "action": "noop", "args": {}},
+        {"id": "b", "action": "noop", "args": {}, "depends_on": ["a"]},
+        {"id": "c", "action": "noop", "args": {}, "depends_on": ["b"]}]});
+
+    // Act
+    let run_id = app.submit(plan).await;
+    let run = app.wait_run(&run_id, "the run finished", LIMIT, |run| run["status"] == "succeeded").await;
+    assert_eq!(run["status"], "succeeded", "worker log:\n{}", worker.log());
+    let after = scrape(&app).await;
+
+    // Assert: a → b and b → c were each one call (c's completion has no dependent to claim).
+    assert_eq!(
+        after.get("cairn_one_call_completions_total{outcome=\"committed\"}"),
+        2.0,
+        "worker log:\n{}",
+        worker.log()
+    );
+    assert_eq!(after.get("cairn_one_call_completions_total{outcome=\"fell_back\"}"), 0.0);
 }

@@ -66,7 +66,11 @@ pub(super) fn spawn_writer(engine: Weak<Inner>, mut queue: mpsc::Receiver<Pendin
         while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
             let Some(inner) = engine.upgrade() else { break };
             let writer = writer.get_or_insert_with(|| inner.store.batch_writer());
-            Engine { inner }.write(writer, std::mem::take(&mut batch)).await;
+            let before = writer.one_call_counts();
+            let engine = Engine { inner };
+            engine.write(writer, std::mem::take(&mut batch)).await;
+            let after = writer.one_call_counts();
+            engine.inner.metrics.one_call(after.committed - before.committed, after.fell_back - before.fell_back);
         }
     });
 }
