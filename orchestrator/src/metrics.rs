@@ -70,7 +70,8 @@ impl Metrics {
             Opts::new(
                 "cairn_one_call_completions_total",
                 "PostgreSQL: completions this orchestrator tried to write together with their dependent's claim in one \
-                 call, by outcome (`committed`, or `fell_back` to the general transaction, which then wrote them).",
+                 call, by outcome (`committed`; `fell_back` to the general transaction, which then wrote them; \
+                 `unknown`: the connection was lost and what committed could not be read back).",
             ),
             &["outcome"],
         )
@@ -83,10 +84,11 @@ impl Metrics {
         Self { registry, dispatch_latency, step_duration, one_call, workers: Mutex::default() }
     }
 
-    /// The batch writer tried `committed + fell_back` completions in one call since the last report.
-    pub fn one_call(&self, committed: u64, fell_back: u64) {
-        self.one_call.with_label_values(&["committed"]).inc_by(committed);
-        self.one_call.with_label_values(&["fell_back"]).inc_by(fell_back);
+    /// The batch writer's one-call completions since its last report, by outcome.
+    pub fn one_call(&self, tried: cairn_store::OneCallCounts) {
+        self.one_call.with_label_values(&["committed"]).inc_by(tried.committed);
+        self.one_call.with_label_values(&["fell_back"]).inc_by(tried.fell_back);
+        self.one_call.with_label_values(&["unknown"]).inc_by(tried.unknown);
     }
 
     /// A step of `action` was claimed `latency_ms` after it became claimable.
@@ -257,13 +259,14 @@ mod tests {
     #[test]
     fn one_call_completions_are_counted_by_outcome() {
         let metrics = Metrics::new();
-        metrics.one_call(2, 0);
-        metrics.one_call(1, 1);
+        metrics.one_call(cairn_store::OneCallCounts { committed: 2, fell_back: 0, unknown: 0 });
+        metrics.one_call(cairn_store::OneCallCounts { committed: 1, fell_back: 1, unknown: 0 });
 
         let text = metrics.render(None, 0, 10_000);
 
         assert!(text.contains("cairn_one_call_completions_total{outcome=\"committed\"} 3"), "{text}");
         assert!(text.contains("cairn_one_call_completions_total{outcome=\"fell_back\"} 1"), "{text}");
+        assert!(text.contains("cairn_one_call_completions_total{outcome=\"unknown\"} 0"), "{text}");
     }
 
     #[test]

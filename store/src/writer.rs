@@ -17,11 +17,12 @@ use std::collections::HashMap;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::flow::batch::{Handoff, report_batch};
 use crate::flow::finish::ReportLimits;
 use crate::model::{BatchOutcome, ClaimRequest, Lease, ReportItem};
 use crate::postgres::complete_and_claim::{Candidate, committed, complete_and_claim, outcome};
+use crate::rows::ClaimedRow;
 use crate::{Store, conflict_pause, postgres, tx};
 
 /// Writes batches for one task, holding its PostgreSQL connection between them (see the module docs). Made by
@@ -46,6 +47,9 @@ pub struct OneCallCounts {
     /// Calls that wrote nothing (the function found a case it leaves to the general path, or an error rolled
     /// it back).
     pub fell_back: u64,
+    /// Calls whose connection was lost and whose outcome could not be read back (the batch then failed with the
+    /// read's error, as after a `COMMIT` lost on the general path).
+    pub unknown: u64,
 }
 
 impl Store {
@@ -94,16 +98,21 @@ impl BatchWriter {
             self.successors.remove(&item.lease);
         }
         let in_one = match candidate {
-            Some(candidate) => {
-                let done = in_one_call(&mut self.held, pool, &candidate, lease_ttl_ms, now_ms).await;
-                match &done {
-                    Some(Ok(_)) => self.one_call.committed += 1,
-                    None => self.one_call.fell_back += 1,
-                    // Lost connection, and the read of what committed failed: unknown.
-                    Some(Err(_)) => {}
+            Some(candidate) => match in_one_call(&mut self.held, pool, &candidate, lease_ttl_ms, now_ms).await {
+                OneCall::Committed(row) => {
+                    self.one_call.committed += 1;
+                    Some(outcome(row, &candidate, now_ms))
                 }
-                done
-            }
+                OneCall::FellBack => {
+                    self.one_call.fell_back += 1;
+                    None
+                }
+                OneCall::Unknown(e) => {
+                    self.one_call.unknown += 1;
+                    Some(Err(e))
+                }
+                OneCall::NotTried => None,
+            },
             None => None,
         };
         let outcome = match in_one {
@@ -184,37 +193,54 @@ async fn write_general(
     }
 }
 
+/// How [`in_one_call`] ended.
+enum OneCall {
+    /// The call committed this dependent's row.
+    Committed(ClaimedRow),
+    /// Nothing was written: take the general path.
+    FellBack,
+    /// The connection was lost and what committed could not be read.
+    Unknown(StoreError),
+    /// No connection could be had for the call: take the general path (which reports the pool's error).
+    NotTried,
+}
+
 /// A batch of one completion and the claim riding on it, in one call ([`complete_and_claim`]) on the held
-/// connection (taken from `pool` when none is). `None`: nothing was written; take the general path.
+/// connection (taken from `pool` when none is).
 ///
 /// After an error the connection is dropped. When the connection was lost during the call, the call may have
-/// committed before the answer was lost: a fresh connection then reads whether it did ([`committed`]), and
-/// answers the batch as the call would have, so the completion is not answered "stale" and the dependent it
-/// leased is handed out rather than left to lease expiry (where a non-idempotent step would be parked as
-/// `outcome_unknown` though it never started). Any other error rolled the call back.
+/// committed before the answer was lost: a fresh connection then reads whether it did ([`committed`]), and the
+/// batch is answered as the call would have answered it, so the completion is not answered "stale" and the
+/// dependent it leased is handed out rather than left to lease expiry (where a non-idempotent step would be
+/// parked as `outcome_unknown` though it never started). Any other error rolled the call back.
 async fn in_one_call(
     held: &mut Option<PoolConnection<Postgres>>,
     pool: &PgPool,
     candidate: &Candidate<'_>,
     lease_ttl_ms: i64,
     now_ms: i64,
-) -> Option<StoreResult<BatchOutcome>> {
+) -> OneCall {
     let connection = match held {
         Some(connection) => connection,
-        None => held.insert(pool.acquire().await.ok()?),
+        None => match pool.acquire().await {
+            Ok(connection) => held.insert(connection),
+            Err(_) => return OneCall::NotTried,
+        },
     };
     match complete_and_claim(connection, candidate, lease_ttl_ms, now_ms).await {
-        Ok(row) => row.map(|row| outcome(row, candidate, now_ms)),
+        Ok(Some(row)) => OneCall::Committed(row),
+        Ok(None) => OneCall::FellBack,
         Err(e) => {
             discard(held);
             if !postgres::lost_connection(&e) {
                 tracing::debug!(error = %e, "the one-call completion failed; taking the general path");
-                return None;
+                return OneCall::FellBack;
             }
             tracing::debug!(error = %e, "the connection was lost during a one-call completion; reading what committed");
             match committed(pool, candidate, now_ms).await {
-                Ok(row) => row.map(|row| outcome(row, candidate, now_ms)),
-                Err(e) => Some(Err(e.into())),
+                Ok(Some(row)) => OneCall::Committed(row),
+                Ok(None) => OneCall::FellBack,
+                Err(e) => OneCall::Unknown(e.into()),
             }
         }
     }

@@ -16,7 +16,8 @@
 use std::sync::{Mutex, Weak};
 
 use cairn_store::{
-    BatchOutcome, BatchWriter, ClaimRequest, Claimed, Report, ReportItem, ReportKind, StoreError, StoreResult,
+    BatchOutcome, BatchWriter, ClaimRequest, Claimed, OneCallCounts, Report, ReportItem, ReportKind, StoreError,
+    StoreResult,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -70,7 +71,11 @@ pub(super) fn spawn_writer(engine: Weak<Inner>, mut queue: mpsc::Receiver<Pendin
             let engine = Engine { inner };
             engine.write(writer, std::mem::take(&mut batch)).await;
             let after = writer.one_call_counts();
-            engine.inner.metrics.one_call(after.committed - before.committed, after.fell_back - before.fell_back);
+            engine.inner.metrics.one_call(OneCallCounts {
+                committed: after.committed - before.committed,
+                fell_back: after.fell_back - before.fell_back,
+                unknown: after.unknown - before.unknown,
+            });
         }
     });
 }

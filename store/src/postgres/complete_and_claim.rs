@@ -81,8 +81,12 @@ pub(crate) async fn complete_and_claim(
 /// Whether a call for `candidate` at `now` committed, read on a fresh connection from `pool` after the call's
 /// connection was lost: the dependent's row as the call returned it if so (the completed step succeeded under
 /// the candidate's attempt at `now`, and its dependent is running under the same worker, started at `now`: the
-/// call's own writes, which nothing else makes at that instant for that lease), `None` if not (nothing of the
-/// call was written).
+/// call's own writes, which nothing else makes at that instant for that lease), `None` if the read does not
+/// find them. `None` means nothing was written except in two rare cases: a server process that still runs the
+/// call after losing its client (a network cut, not a terminated session) commits after this read; or the
+/// dependent left `running` in between (a cancel, or its lease expired during a slow reconnect). Then the general
+/// path finds the completion stale and the dependent ends by cancel or lease expiry, as it would have before
+/// this read existed.
 ///
 /// # Errors
 /// sqlx's error when the read fails on a live connection, or on every pooled one (the outcome is then unknown,

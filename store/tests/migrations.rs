@@ -1,0 +1,38 @@
+//! Released migrations never change: sqlx records each applied migration's checksum, and a database whose
+//! recorded checksum differs refuses to start ("migration N was previously applied but has been modified").
+//! A change to the schema is a new migration. This test pins the checksum (SHA-384, as sqlx computes it) of every
+//! migration; a new migration adds its line here.
+
+use cairn_store::{POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS};
+use sqlx::migrate::Migrator;
+
+fn checksums(migrator: &Migrator) -> Vec<(i64, String)> {
+    migrator.iter().map(|m| (m.version, m.checksum.iter().map(|b| format!("{b:02x}")).collect::<String>())).collect()
+}
+
+fn pinned(list: &[(i64, &str)]) -> Vec<(i64, String)> {
+    list.iter().map(|(v, c)| (*v, (*c).to_owned())).collect()
+}
+
+#[test]
+fn no_sqlite_migration_changed_once_released() {
+    let expected = pinned(&[
+        (1, "ae4fdb87f195f5e507ee697eb6377c2f16cf9756525ca7bf6dcb09276a6abeca5b458b9addc1181388629a92943afd9b"),
+        (2, "c3ebc05d8477b5bfc9f4e0fb1a3584706f9cd4126e6033f4f2e225a500a461e220ff630ba5df2804eab9c9d3eefd2917"),
+        (3, "e3936d59a256447a2d2e587aa688e413e8b7ae0af8214aadaadb9417ec2e8706e767fd3f76e60962fd3a8002545ae9ed"),
+        (4, "aa26b52540100c86e3fadabb90be86381f704891ff1a4311cb09f2ceab4051312eb24bcc9489f56a33a3f1fdba598c55"),
+        (5, "c87bc762221ecb31f4a3bd854ae49e6107fc366a6510353899a030532c4ac5bd7822705e6d337da14a5a17e0c5a49d34"),
+    ]);
+    assert_eq!(checksums(&SQLITE_MIGRATIONS), expected, "add a migration instead of editing a released one");
+}
+
+#[test]
+fn no_postgres_migration_changed_once_released() {
+    let expected = pinned(&[
+        (1, "9816e71593f0172289485b08314f2b50520383711d56410b7136104adf16daf5b5026749e2238070aa67e631a04ad737"),
+        (2, "cd0d9ead8b8ebdb606a79ec18f649709388593677b7a103a00c7bf537dbcf1ec55651c23b5fa1ea327da4a776b119fc0"),
+        (3, "c6ddd3f5692325016a755ad8dc5ec6ddd46ee4a2a112e523a3ec4caaf428a9b426e191d766da7116c9991df08935a084"),
+        (4, "6800dbf1d66af7ac3888928a59b61ca468cdbbd8fecf5ddde1142c27ac178a61373acb1cd44d597224cd075896619666"),
+    ]);
+    assert_eq!(checksums(&POSTGRES_MIGRATIONS), expected, "add a migration instead of editing a released one");
+}
