@@ -60,11 +60,7 @@ pub(crate) async fn complete_and_claim(
     now: i64,
 ) -> Result<Option<ClaimedRow>, sqlx::Error> {
     let Candidate { lease, output, claim } = candidate;
-    let result = sqlx::query_as::<Postgres, ClaimedRow>(CALL)
-        .bind(&lease.run_id)
-        .bind(&lease.step_id)
-        .bind(i64::from(lease.attempt))
-        .bind(&lease.worker_id)
+    let result = leased_by(CALL, lease)
         .bind(output)
         .bind(now)
         .bind(&claim.actions)
@@ -76,6 +72,18 @@ pub(crate) async fn complete_and_claim(
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(GENERAL_PATH) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// `sql`, returning [`ClaimedRow`]s, with the lease bound as `$1` run, `$2` step, `$3` attempt, `$4` worker.
+fn leased_by<'q>(
+    sql: &'static str,
+    lease: &'q Lease,
+) -> sqlx::query::QueryAs<'q, Postgres, ClaimedRow, sqlx::postgres::PgArguments> {
+    sqlx::query_as::<Postgres, ClaimedRow>(sql)
+        .bind(&lease.run_id)
+        .bind(&lease.step_id)
+        .bind(i64::from(lease.attempt))
+        .bind(&lease.worker_id)
 }
 
 /// Whether a call for `candidate` at `now` committed, read on a fresh connection from `pool` after the call's
@@ -100,14 +108,7 @@ pub(crate) async fn committed(
     let mut tries = 0;
     loop {
         tries += 1;
-        let read = sqlx::query_as::<Postgres, ClaimedRow>(COMMITTED)
-            .bind(&lease.run_id)
-            .bind(&lease.step_id)
-            .bind(i64::from(lease.attempt))
-            .bind(&lease.worker_id)
-            .bind(now)
-            .fetch_optional(pool)
-            .await;
+        let read = leased_by(COMMITTED, lease).bind(now).fetch_optional(pool).await;
         match read {
             // The pool's other connections may have died with the call's (a database restart): try another, as
             // `postgres::begin` does.
