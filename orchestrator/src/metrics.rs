@@ -81,14 +81,23 @@ impl Metrics {
             registry.register(Box::new(collector.clone())).expect("each metric is registered once");
         }
         registry.register(Box::new(one_call.clone())).expect("each metric is registered once");
+        // Every outcome is exported from the start (0 until it happens); `one_call` then only adds.
+        for outcome in ["committed", "fell_back", "unknown"] {
+            one_call.with_label_values(&[outcome]);
+        }
         Self { registry, dispatch_latency, step_duration, one_call, workers: Mutex::default() }
     }
 
     /// The batch writer's one-call completions since its last report, by outcome.
     pub fn one_call(&self, tried: cairn_store::OneCallCounts) {
-        self.one_call.with_label_values(&["committed"]).inc_by(tried.committed);
-        self.one_call.with_label_values(&["fell_back"]).inc_by(tried.fell_back);
-        self.one_call.with_label_values(&["unknown"]).inc_by(tried.unknown);
+        // Called after every batch; most batches (and every one on SQLite) tried nothing.
+        for (outcome, count) in
+            [("committed", tried.committed), ("fell_back", tried.fell_back), ("unknown", tried.unknown)]
+        {
+            if count > 0 {
+                self.one_call.with_label_values(&[outcome]).inc_by(count);
+            }
+        }
     }
 
     /// A step of `action` was claimed `latency_ms` after it became claimable.

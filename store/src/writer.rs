@@ -88,12 +88,10 @@ impl BatchWriter {
         // Tried in one call only for a lease this writer handed out for a step with a successor
         // (`Claimed::successor_action`) that the riding claim serves: otherwise the call would fall back, a round
         // trip for nothing.
-        let candidate = match (items, claims) {
-            ([item], [claim]) if self.successors.get(&item.lease).is_some_and(|a| claim.actions.contains(a)) => {
-                Candidate::of(items, claims, limits)
-            }
-            _ => None,
-        };
+        let successors = &self.successors;
+        let candidate = Candidate::of(items, claims, limits, |lease, claim| {
+            successors.get(lease).is_some_and(|action| claim.actions.contains(action))
+        });
         for item in items {
             self.successors.remove(&item.lease);
         }

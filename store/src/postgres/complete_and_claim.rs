@@ -26,7 +26,7 @@ const CALL: &str = "SELECT run_id, step_id, attempt, action, args, timeout_ms, h
      checkpoint, available_at, successor_action FROM cairn_complete_and_claim($1, $2, $3, $4, $5, $6, $7, $8)";
 
 /// A batch this path can serve: one completion whose output fits the limit, and one claim for at least one
-/// step by the same worker (the claim a worker sends with its completion).
+/// step by the same worker (the claim a worker sends with its completion), which `worth_a_call` accepts.
 pub(crate) struct Candidate<'a> {
     lease: &'a Lease,
     output: String,
@@ -34,11 +34,17 @@ pub(crate) struct Candidate<'a> {
 }
 
 impl<'a> Candidate<'a> {
-    /// The candidate in a batch of `items` and `claims`, if the batch has that shape.
-    pub(crate) fn of(items: &'a [ReportItem], claims: &'a [ClaimRequest], limits: ReportLimits) -> Option<Self> {
+    /// The candidate in a batch of `items` and `claims`, if the batch has that shape and `worth_a_call` accepts
+    /// the completion's lease and the claim (checked before the output is serialized to measure it).
+    pub(crate) fn of(
+        items: &'a [ReportItem],
+        claims: &'a [ClaimRequest],
+        limits: ReportLimits,
+        worth_a_call: impl FnOnce(&Lease, &ClaimRequest) -> bool,
+    ) -> Option<Self> {
         let ([item], [claim]) = (items, claims) else { return None };
         let ReportKind::Complete(output) = &item.kind else { return None };
-        if claim.worker_id != item.lease.worker_id || claim.limit == 0 || claim.actions.is_empty() {
+        if claim.worker_id != item.lease.worker_id || claim.limit == 0 || !worth_a_call(&item.lease, claim) {
             return None;
         }
         let output = output.to_string();
@@ -177,7 +183,8 @@ mod tests {
         let items = [ReportItem { lease: lease.clone(), kind: ReportKind::Complete(json!({"x": 1})) }];
         let actions = actions.iter().map(|a| (*a).to_owned()).collect();
         let claims = [ClaimRequest { worker_id: lease.worker_id.clone(), actions, limit: 1, now_ms: T0 + 1 }];
-        let candidate = Candidate::of(&items, &claims, LIMITS).expect("the batch has the candidate's shape");
+        let candidate =
+            Candidate::of(&items, &claims, LIMITS, |_, _| true).expect("the batch has the candidate's shape");
         let mut connection = pool.acquire().await.expect("a connection");
         complete_and_claim(&mut connection, &candidate, 30_000, T0 + 1).await.expect("no database error")
     }
@@ -347,7 +354,7 @@ mod tests {
         let items = [ReportItem { lease: a.clone(), kind: ReportKind::Complete(json!({"x": 1})) }];
         let claims =
             [ClaimRequest { worker_id: a.worker_id.clone(), actions: vec!["noop".into()], limit: 1, now_ms: 0 }];
-        let candidate = Candidate::of(&items, &claims, LIMITS).expect("a candidate");
+        let candidate = Candidate::of(&items, &claims, LIMITS, |_, _| true).expect("a candidate");
 
         assert!(committed(pool, &candidate, T0 + 1).await.expect("read").is_none(), "nothing committed yet");
         let mut connection = pool.acquire().await.expect("a connection");
