@@ -69,11 +69,12 @@ impl Metrics {
         let one_call = IntCounterVec::new(
             Opts::new(
                 "cairn_one_call_completions_total",
-                "PostgreSQL: completions this orchestrator tried to write together with their dependent's claim in one \
-                 call, by outcome (`committed`; `fell_back` to the general transaction, which then wrote them; \
+                "PostgreSQL: batches this orchestrator tried to write in one call, by path (`chain`: a completion and \
+                 its dependent's claim; `leaves`: completions of steps nothing depends on and the claims riding on \
+                 them) and outcome (`committed`; `fell_back` to the general transaction, which then wrote them; \
                  `unknown`: the connection was lost and what committed could not be read back).",
             ),
-            &["outcome"],
+            &["path", "outcome"],
         )
         .expect("constant metric names and labels are valid");
         let registry = Registry::new();
@@ -82,20 +83,22 @@ impl Metrics {
         }
         registry.register(Box::new(one_call.clone())).expect("each metric is registered once");
         // Every outcome is exported from the start (0 until it happens); `one_call` then only adds.
-        for outcome in ["committed", "fell_back", "unknown"] {
-            one_call.with_label_values(&[outcome]);
+        for path in ["chain", "leaves"] {
+            for outcome in ["committed", "fell_back", "unknown"] {
+                one_call.with_label_values(&[path, outcome]);
+            }
         }
         Self { registry, dispatch_latency, step_duration, one_call, workers: Mutex::default() }
     }
 
-    /// The batch writer's one-call completions since its last report, by outcome.
-    pub fn one_call(&self, tried: cairn_store::OneCallCounts) {
+    /// The batch writer's one-call batches of `path` (`chain` or `leaves`) since its last report, by outcome.
+    pub fn one_call(&self, path: &str, tried: cairn_store::OneCallCounts) {
         // Called after every batch; most batches (and every one on SQLite) tried nothing.
         for (outcome, count) in
             [("committed", tried.committed), ("fell_back", tried.fell_back), ("unknown", tried.unknown)]
         {
             if count > 0 {
-                self.one_call.with_label_values(&[outcome]).inc_by(count);
+                self.one_call.with_label_values(&[path, outcome]).inc_by(count);
             }
         }
     }
@@ -266,16 +269,24 @@ mod tests {
     }
 
     #[test]
-    fn one_call_completions_are_counted_by_outcome() {
+    fn one_call_batches_are_counted_by_path_and_outcome() {
         let metrics = Metrics::new();
-        metrics.one_call(cairn_store::OneCallCounts { committed: 2, fell_back: 0, unknown: 0 });
-        metrics.one_call(cairn_store::OneCallCounts { committed: 1, fell_back: 1, unknown: 0 });
+        metrics.one_call("chain", cairn_store::OneCallCounts { committed: 2, fell_back: 0, unknown: 0 });
+        metrics.one_call("chain", cairn_store::OneCallCounts { committed: 1, fell_back: 1, unknown: 0 });
+        metrics.one_call("leaves", cairn_store::OneCallCounts { committed: 5, fell_back: 0, unknown: 1 });
 
         let text = metrics.render(None, 0, 10_000);
 
-        assert!(text.contains("cairn_one_call_completions_total{outcome=\"committed\"} 3"), "{text}");
-        assert!(text.contains("cairn_one_call_completions_total{outcome=\"fell_back\"} 1"), "{text}");
-        assert!(text.contains("cairn_one_call_completions_total{outcome=\"unknown\"} 0"), "{text}");
+        for line in [
+            "cairn_one_call_completions_total{outcome=\"committed\",path=\"chain\"} 3",
+            "cairn_one_call_completions_total{outcome=\"fell_back\",path=\"chain\"} 1",
+            "cairn_one_call_completions_total{outcome=\"unknown\",path=\"chain\"} 0",
+            "cairn_one_call_completions_total{outcome=\"committed\",path=\"leaves\"} 5",
+            "cairn_one_call_completions_total{outcome=\"fell_back\",path=\"leaves\"} 0",
+            "cairn_one_call_completions_total{outcome=\"unknown\",path=\"leaves\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "the scrape has `{line}`:\n{text}");
+        }
     }
 
     #[test]

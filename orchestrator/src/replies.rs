@@ -124,6 +124,7 @@ mod tests {
             heartbeat_timeout_ms: None,
             checkpoint: None,
             successor_action: None,
+            leaf: false,
         }
     }
 

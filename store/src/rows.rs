@@ -14,6 +14,9 @@ pub(crate) struct ClaimedRow {
     pub checkpoint: Option<String>,
     pub available_at: Option<i64>,
     pub successor_action: Option<String>,
+    /// How many steps depend on this one; `None` where the statement does not say (the chain call's row).
+    #[sqlx(default)]
+    pub child_count: Option<i64>,
 }
 
 /// A running step with what deciding its failure needs.

@@ -12,7 +12,7 @@
 //! The held connection counts against the pool's size (16): other transactions share the other 15. SQLite has
 //! one connection anyway, so there the writer uses the pool as every other transaction does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
@@ -22,6 +22,7 @@ use crate::flow::batch::{Handoff, report_batch};
 use crate::flow::finish::ReportLimits;
 use crate::model::{BatchOutcome, ClaimRequest, Lease, ReportItem};
 use crate::postgres::complete_and_claim::{Candidate, committed, complete_and_claim, outcome};
+use crate::postgres::complete_leaves::{self, LeafBatch, complete_leaves_and_claim};
 use crate::rows::ClaimedRow;
 use crate::{Store, conflict_pause, postgres, tx};
 
@@ -35,14 +36,22 @@ pub struct BatchWriter {
     /// that successor's action: the completions worth trying in one call (`cairn_complete_and_claim`). Each is
     /// forgotten when reported.
     successors: HashMap<Lease, String>,
+    /// PostgreSQL: leases this writer handed out for steps nothing depends on (`Claimed::leaf`): batches of
+    /// their completions are worth trying in one call (`cairn_complete_leaves_and_claim`). Each is forgotten
+    /// when reported.
+    leaves: HashSet<Lease>,
+    /// Leaf batches still to send the general way before trying the leaf call again, after it fell back.
+    leaf_pause: u32,
     one_call: OneCallCounts,
+    leaf_call: OneCallCounts,
 }
 
-/// How many completions a [`BatchWriter`] tried in one call (`cairn_complete_and_claim`, PostgreSQL), by how
-/// they ended. A fallback went on to the general path; both counts only grow.
+/// How many batches a [`BatchWriter`] tried in one call on PostgreSQL (`cairn_complete_and_claim` for a chain
+/// step, `cairn_complete_leaves_and_claim` for leaf completions), by how they ended. A fallback went on to the
+/// general path; the counts only grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OneCallCounts {
-    /// Calls that committed: the completion and the dependent's claim were written by the call.
+    /// Calls that committed: the completions and the claim were written by the call.
     pub committed: u64,
     /// Calls that wrote nothing (the function found a case it leaves to the general path, or an error rolled
     /// it back).
@@ -56,7 +65,15 @@ impl Store {
     /// A writer for one task's batches (see [`BatchWriter`]).
     #[must_use]
     pub fn batch_writer(&self) -> BatchWriter {
-        BatchWriter { store: self.clone(), held: None, successors: HashMap::new(), one_call: OneCallCounts::default() }
+        BatchWriter {
+            store: self.clone(),
+            held: None,
+            successors: HashMap::new(),
+            leaves: HashSet::new(),
+            leaf_pause: 0,
+            one_call: OneCallCounts::default(),
+            leaf_call: OneCallCounts::default(),
+        }
     }
 }
 
@@ -92,26 +109,37 @@ impl BatchWriter {
         let candidate = Candidate::of(items, claims, limits, |lease, claim| {
             successors.get(lease).is_some_and(|action| claim.actions.contains(action))
         });
+        // Leaf completions with their claims, when no chain step is: after a fallback (a leased step with a
+        // placeholder, a run ending), the next few such batches go the general way without asking.
+        let leaves = &self.leaves;
+        let leaf_batch = candidate
+            .is_none()
+            .then(|| LeafBatch::of(items, claims, limits, |lease| leaves.contains(lease)))
+            .flatten()
+            .filter(|_| {
+                let paused = self.leaf_pause > 0;
+                self.leaf_pause = self.leaf_pause.saturating_sub(1);
+                !paused
+            });
         for item in items {
             self.successors.remove(&item.lease);
+            self.leaves.remove(&item.lease);
         }
-        let in_one = match candidate {
-            Some(candidate) => match in_one_call(&mut self.held, pool, &candidate, lease_ttl_ms, now_ms).await {
-                OneCall::Committed(row) => {
-                    self.one_call.committed += 1;
-                    Some(outcome(row, &candidate, now_ms))
+        let in_one = match (candidate, leaf_batch) {
+            (Some(candidate), _) => {
+                let tried = in_one_call(&mut self.held, pool, &candidate, lease_ttl_ms, now_ms).await;
+                self.one_call.count(&tried);
+                tried.outcome(|row| outcome(row, &candidate, now_ms))
+            }
+            (None, Some(batch)) => {
+                let tried = leaves_in_one_call(&mut self.held, pool, &batch, lease_ttl_ms, now_ms).await;
+                self.leaf_call.count(&tried);
+                if matches!(tried, OneCall::FellBack) {
+                    self.leaf_pause = LEAF_PAUSE_BATCHES;
                 }
-                OneCall::FellBack => {
-                    self.one_call.fell_back += 1;
-                    None
-                }
-                OneCall::Unknown(e) => {
-                    self.one_call.unknown += 1;
-                    Some(Err(e))
-                }
-                OneCall::NotTried => None,
-            },
-            None => None,
+                tried.outcome(|rows| complete_leaves::outcome(rows, &batch, now_ms))
+            }
+            (None, None) => None,
         };
         let outcome = match in_one {
             Some(outcome) => outcome,
@@ -126,10 +154,18 @@ impl BatchWriter {
         outcome
     }
 
-    /// How the completions this writer tried in one call ended (for tests and metrics).
+    /// How the chain steps this writer tried in one call (`cairn_complete_and_claim`) ended (for tests and
+    /// metrics).
     #[must_use]
     pub fn one_call_counts(&self) -> OneCallCounts {
         self.one_call
+    }
+
+    /// How the leaf batches this writer tried in one call (`cairn_complete_leaves_and_claim`) ended (for tests
+    /// and metrics).
+    #[must_use]
+    pub fn leaf_call_counts(&self) -> OneCallCounts {
+        self.leaf_call
     }
 
     /// Remembers the leases of the outcome's claimed steps that have a successor, with its action. Leases that
@@ -137,6 +173,12 @@ impl BatchWriter {
     /// empty, which only sends completions the general way.
     fn remember(&mut self, outcome: &BatchOutcome) {
         for step in outcome.claimed.iter().chain(&outcome.handed).flatten() {
+            if step.leaf {
+                if self.leaves.len() >= MAX_REMEMBERED {
+                    self.leaves.clear();
+                }
+                self.leaves.insert(step.lease.clone());
+            }
             let Some(action) = &step.successor_action else { continue };
             if self.successors.len() >= MAX_REMEMBERED {
                 self.successors.clear();
@@ -154,8 +196,13 @@ impl BatchWriter {
     }
 }
 
-/// Most leases [`BatchWriter`] remembers as worth a one-call completion (about 150 bytes each).
+/// Most leases [`BatchWriter`] remembers as worth a one-call completion, per kind (about 150 bytes each).
 const MAX_REMEMBERED: usize = 65_536;
+
+/// Leaf batches sent the general way after the leaf call fell back, before it is tried again: a workload whose
+/// leaf batches always fall back (leased steps with placeholders, say) then pays at most one wasted round trip in
+/// this many batches.
+const LEAF_PAUSE_BATCHES: u32 = 32;
 
 /// The general path: the batch's transaction on the held connection, retried as [`BatchWriter::report_batch`]
 /// says.
@@ -191,16 +238,49 @@ async fn write_general(
     }
 }
 
-/// How [`in_one_call`] ended.
-enum OneCall {
-    /// The call committed this dependent's row.
-    Committed(ClaimedRow),
+/// How a one-call batch ([`in_one_call`], [`leaves_in_one_call`]) ended.
+enum OneCall<T> {
+    /// The call committed and returned this.
+    Committed(T),
     /// Nothing was written: take the general path.
     FellBack,
     /// The connection was lost and what committed could not be read.
     Unknown(StoreError),
     /// No connection could be had for the call: take the general path (which reports the pool's error).
     NotTried,
+}
+
+impl<T> OneCall<T> {
+    /// The batch's outcome, `of` what the call returned; `None` when the general path must write the batch.
+    fn outcome(self, of: impl FnOnce(T) -> StoreResult<BatchOutcome>) -> Option<StoreResult<BatchOutcome>> {
+        match self {
+            OneCall::Committed(value) => Some(of(value)),
+            OneCall::Unknown(e) => Some(Err(e)),
+            OneCall::FellBack | OneCall::NotTried => None,
+        }
+    }
+}
+
+impl OneCallCounts {
+    fn count<T>(&mut self, tried: &OneCall<T>) {
+        match tried {
+            OneCall::Committed(_) => self.committed += 1,
+            OneCall::FellBack => self.fell_back += 1,
+            OneCall::Unknown(_) => self.unknown += 1,
+            OneCall::NotTried => {}
+        }
+    }
+}
+
+/// The held connection, taken from `pool` when none is held; `None` when the pool has none to give.
+async fn held_connection<'c>(
+    held: &'c mut Option<PoolConnection<Postgres>>,
+    pool: &PgPool,
+) -> Option<&'c mut PoolConnection<Postgres>> {
+    match held {
+        Some(connection) => Some(connection),
+        None => pool.acquire().await.ok().map(|connection| held.insert(connection)),
+    }
 }
 
 /// A batch of one completion and the claim riding on it, in one call ([`complete_and_claim`]) on the held
@@ -217,14 +297,8 @@ async fn in_one_call(
     candidate: &Candidate<'_>,
     lease_ttl_ms: i64,
     now_ms: i64,
-) -> OneCall {
-    let connection = match held {
-        Some(connection) => connection,
-        None => match pool.acquire().await {
-            Ok(connection) => held.insert(connection),
-            Err(_) => return OneCall::NotTried,
-        },
-    };
+) -> OneCall<ClaimedRow> {
+    let Some(connection) = held_connection(held, pool).await else { return OneCall::NotTried };
     match complete_and_claim(connection, candidate, lease_ttl_ms, now_ms).await {
         Ok(Some(row)) => OneCall::Committed(row),
         Ok(None) => OneCall::FellBack,
@@ -239,6 +313,36 @@ async fn in_one_call(
                 Ok(Some(row)) => OneCall::Committed(row),
                 Ok(None) => OneCall::FellBack,
                 Err(e) => OneCall::Unknown(e.into()),
+            }
+        }
+    }
+}
+
+/// A batch of leaf completions and the claims riding on them, in one call ([`complete_leaves_and_claim`]) on the
+/// held connection (taken from `pool` when none is).
+///
+/// After an error the connection is dropped. A connection lost during the call leaves its outcome unknown, as a
+/// `COMMIT` lost on the general path does: the batch fails with that error (its workers send their reports
+/// again, which a committed call answers stale, and steps it leased go back by lease expiry). Any other error
+/// rolled the call back.
+async fn leaves_in_one_call(
+    held: &mut Option<PoolConnection<Postgres>>,
+    pool: &PgPool,
+    batch: &LeafBatch<'_>,
+    lease_ttl_ms: i64,
+    now_ms: i64,
+) -> OneCall<Vec<complete_leaves::CallRow>> {
+    let Some(connection) = held_connection(held, pool).await else { return OneCall::NotTried };
+    match complete_leaves_and_claim(connection, batch, lease_ttl_ms, now_ms).await {
+        Ok(Some(rows)) => OneCall::Committed(rows),
+        Ok(None) => OneCall::FellBack,
+        Err(e) => {
+            discard(held);
+            if postgres::lost_connection(&e) {
+                OneCall::Unknown(e.into())
+            } else {
+                tracing::debug!(error = %e, "the leaf call failed; taking the general path");
+                OneCall::FellBack
             }
         }
     }

@@ -70,4 +70,5 @@ mod contract {
     mod settle;
     mod submit;
     mod writer;
+    mod writer_leaves;
 }

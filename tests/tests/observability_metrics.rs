@@ -105,7 +105,7 @@ async fn metrics_follow_a_run_from_queued_to_succeeded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chain_on_postgresql_counts_its_steps_written_in_one_call() {
+async fn a_chain_and_leaves_on_postgresql_count_their_batches_written_in_one_call() {
     if !cairn_tests::backends().contains(&Backend::Postgres) {
         return; // `backends` printed that PostgreSQL was skipped
     }
@@ -129,8 +129,30 @@ async fn a_chain_on_postgresql_counts_its_steps_written_in_one_call() {
     // Assert: a → b and b → c were each one call (c's completion has no dependent to claim). The gRPC handler
     // queues a completion and its claim one after the other; if the writer ever takes the completion alone
     // (rare: it has not happened in 60 runs under load), that step goes the general way, so at least one call.
-    let committed = after.get("cairn_one_call_completions_total{outcome=\"committed\"}");
+    let chain =
+        |outcome: &str| after.get(&format!("cairn_one_call_completions_total{{outcome=\"{outcome}\",path=\"chain\"}}"));
+    let committed = chain("committed");
     assert!((1.0..=2.0).contains(&committed), "{committed} calls committed; worker log:\n{}", worker.log());
-    assert_eq!(after.get("cairn_one_call_completions_total{outcome=\"fell_back\"}"), 0.0, "no call was wasted");
-    assert_eq!(after.get("cairn_one_call_completions_total{outcome=\"unknown\"}"), 0.0);
+    assert_eq!(chain("fell_back"), 0.0, "no call was wasted");
+    assert_eq!(chain("unknown"), 0.0);
+
+    // Act: three independent steps, each a leaf whose completion rides with the claim of the next.
+    let plan = json!({"goal": "leaves", "steps": [
+        {"id": "x", "action": "noop", "args": {}},
+        {"id": "y", "action": "noop", "args": {}},
+        {"id": "z", "action": "noop", "args": {}}]});
+    let run_id = app.submit(plan).await;
+    let run = app.wait_run(&run_id, "the run finished", LIMIT, |run| run["status"] == "succeeded").await;
+    assert_eq!(run["status"], "succeeded", "worker log:\n{}", worker.log());
+    let after = scrape(&app).await;
+
+    // Assert: the completions of x and y each went with the claim of the next in one call, and z's (which ends
+    // the run) too; at least one, as above.
+    let leaves = |outcome: &str| {
+        after.get(&format!("cairn_one_call_completions_total{{outcome=\"{outcome}\",path=\"leaves\"}}"))
+    };
+    let committed = leaves("committed");
+    assert!((1.0..=3.0).contains(&committed), "{committed} leaf calls committed; worker log:\n{}", worker.log());
+    assert_eq!(leaves("fell_back"), 0.0, "no leaf call was wasted");
+    assert_eq!(leaves("unknown"), 0.0);
 }

@@ -67,17 +67,23 @@ pub(super) fn spawn_writer(engine: Weak<Inner>, mut queue: mpsc::Receiver<Pendin
         while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
             let Some(inner) = engine.upgrade() else { break };
             let writer = writer.get_or_insert_with(|| inner.store.batch_writer());
-            let before = writer.one_call_counts();
+            let before = (writer.one_call_counts(), writer.leaf_call_counts());
             let engine = Engine { inner };
             engine.write(writer, std::mem::take(&mut batch)).await;
-            let after = writer.one_call_counts();
-            engine.inner.metrics.one_call(OneCallCounts {
-                committed: after.committed - before.committed,
-                fell_back: after.fell_back - before.fell_back,
-                unknown: after.unknown - before.unknown,
-            });
+            let after = (writer.one_call_counts(), writer.leaf_call_counts());
+            engine.inner.metrics.one_call("chain", since(before.0, after.0));
+            engine.inner.metrics.one_call("leaves", since(before.1, after.1));
         }
     });
+}
+
+/// The calls counted in `after` that `before` had not.
+fn since(before: OneCallCounts, after: OneCallCounts) -> OneCallCounts {
+    OneCallCounts {
+        committed: after.committed - before.committed,
+        fell_back: after.fell_back - before.fell_back,
+        unknown: after.unknown - before.unknown,
+    }
 }
 
 /// A batch split by kind, each with its callers.

@@ -84,6 +84,7 @@ pub(crate) fn claimed(row: ClaimedRow, lease: Lease, args: Value, now_ms: i64) -
         heartbeat_timeout_ms: row.heartbeat_timeout_ms,
         checkpoint,
         successor_action: row.successor_action,
+        leaf: row.child_count == Some(0),
     })
 }
 

@@ -19,7 +19,7 @@ use crate::model::{BatchOutcome, ClaimRequest, Lease, ReportItem, ReportKind};
 use crate::rows::ClaimedRow;
 
 /// SQLSTATE `cairn_complete_and_claim` raises when the general path must decide (nothing was written).
-const GENERAL_PATH: &str = "CRN01";
+pub(crate) const GENERAL_PATH: &str = "CRN01";
 
 /// The call: one prepared text (the function's own statements are planned once per connection).
 const CALL: &str = "SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, \

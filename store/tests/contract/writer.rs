@@ -9,17 +9,17 @@ use serde_json::{Value, json};
 
 use super::support::{LIMITS, T0, TTL, create, events, new_run, noop, run, steps, submit};
 
-fn complete(lease: &Lease, output: Value) -> ReportItem {
+pub(super) fn complete(lease: &Lease, output: Value) -> ReportItem {
     ReportItem { lease: lease.clone(), kind: ReportKind::Complete(output) }
 }
 
-fn request(limit: u32) -> ClaimRequest {
+pub(super) fn request(limit: u32) -> ClaimRequest {
     ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit, now_ms: 0 }
 }
 
 /// Every column of the run's steps, attempts and run row that a completion or a claim writes, one line per row,
 /// with the run id replaced by `RUN` (lease ids contain it).
-async fn rows(store: &Store, run_id: &str) -> Vec<String> {
+pub(super) async fn rows(store: &Store, run_id: &str) -> Vec<String> {
     const STEPS: &str = "SELECT step_id, status, attempt, pending_deps, available_at, lease_id, lease_owner, \
          lease_expires_at, deadline_at, heartbeat_at, started_at, finished_at, updated_at, output, error \
          FROM steps WHERE run_id = $1 ORDER BY step_id";
@@ -73,12 +73,12 @@ struct StepRow {
 }
 
 /// The run's events as `(step, kind, data, at)`, in id order.
-async fn history(store: &Store, run_id: &str) -> Vec<(Option<String>, String, Value, i64)> {
+pub(super) async fn history(store: &Store, run_id: &str) -> Vec<(Option<String>, String, Value, i64)> {
     events(store, run_id).await.into_iter().map(|e| (e.step_id, e.kind, e.data, e.at_ms)).collect()
 }
 
 /// One batch through `writer`, or through `Store::report_batch` when there is none.
-async fn write(
+pub(super) async fn write(
     store: &Store,
     writer: Option<&mut BatchWriter>,
     items: &[ReportItem],

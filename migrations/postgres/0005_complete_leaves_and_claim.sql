@@ -1,0 +1,157 @@
+-- Cairn schema v5 (PostgreSQL): a batch of leaf completions and the claim riding on them in one round trip
+-- (issue 8).
+--
+-- `cairn_complete_leaves_and_claim` accepts one worker's successes of steps no other step depends on, under their
+-- leases, and leases that worker's next steps, in the single transaction of one call (the caller sends it outside
+-- any transaction block, so the call commits on return). It does what the general path (`BEGIN`, the success
+-- statement, the runs' counters, the claim, `COMMIT`: five round trips) does when no decision in Rust is needed
+-- between those statements, and writes the same rows and events in the same order:
+--   - each step whose lease is current: succeeded, output, lease cleared; its attempt row: succeeded (a lease that
+--     is not current changes nothing and is not returned: the caller answers it stale);
+--   - each run's open-step counter minus its steps succeeded here; a run left with no open step, no failed step
+--     and no cancel under way succeeds (`run_succeeded`), as `RUN_SUCCEED_IF_CLEAN` in `store/src/sql.rs` does;
+--   - the claim: up to `p_limit` due ready steps serving `p_actions`, oldest first, rows locked by another claimer
+--     skipped, each leased with a new attempt row, their runs marked running, as `CLAIM` in
+--     `store/src/postgres.rs` does;
+--   - events: one `step_succeeded` per success in the order given, one `run_succeeded` per run ended here in the
+--     order the runs first appear among the successes, then one `step_started` per leased step, with their runs
+--     locked first (`lock_runs!` in `store/src/postgres.rs`).
+-- Any other case raises SQLSTATE `CRN01` ("take the general path"), which rolls the call back whole: a succeeded
+-- step that has dependents (releasing them is decided in Rust), a run that would end with a failed step or had
+-- already ended, a run with a cancel under way, a run that vanished, or a leased step whose args may hold a
+-- placeholder (any `$`: resolving one can fail the step, and that failure belongs in the same transaction as its
+-- claim). The caller sends only batches it knows to be leaves (`child_count` 0 when claimed) and, after a
+-- fallback, sends the next few leaf batches the general way without asking (`store/src/writer.rs`).
+--
+-- Rows: one per success (`succeeded` true; `run_id`, `step_id`, `attempt`, the rest NULL), then one per leased
+-- step (`succeeded` false), the columns the claim returns plus `child_count`.
+CREATE FUNCTION cairn_complete_leaves_and_claim(
+    p_run_ids TEXT[], p_step_ids TEXT[], p_attempts BIGINT[], p_outputs TEXT[], p_worker_id TEXT, p_now BIGINT,
+    p_actions TEXT[], p_limit BIGINT, p_lease_ttl_ms BIGINT)
+RETURNS TABLE (succeeded BOOLEAN, run_id TEXT, step_id TEXT, attempt BIGINT, action TEXT, args TEXT,
+    timeout_ms BIGINT, heartbeat_timeout_ms BIGINT, deadline_at BIGINT, checkpoint TEXT, available_at BIGINT,
+    successor_action TEXT, child_count BIGINT)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_runs TEXT[];
+    v_steps TEXT[];
+    v_attempts BIGINT[];
+    v_branching BOOLEAN;
+    v_run_count BIGINT;
+    v_counted BIGINT;
+    v_unsettled BOOLEAN;
+    v_ending TEXT[];
+    v_finished BIGINT;
+    v_row RECORD;
+BEGIN
+    WITH v AS (SELECT * FROM UNNEST(p_run_ids, p_step_ids, p_attempts, p_outputs) WITH ORDINALITY
+                 AS v(run_id, step_id, attempt, output, n)),
+    done AS (UPDATE steps s SET status = 'succeeded', output = v.output, error = NULL, lease_id = NULL,
+            lease_owner = NULL, lease_expires_at = NULL, finished_at = p_now, updated_at = p_now
+        FROM v WHERE s.run_id = v.run_id AND s.step_id = v.step_id AND s.attempt = v.attempt
+            AND (s.status = 'running') IS TRUE AND s.lease_owner = p_worker_id
+        RETURNING s.run_id, s.step_id, s.attempt, s.child_count, v.n)
+    SELECT array_agg(done.run_id ORDER BY n), array_agg(done.step_id ORDER BY n),
+        array_agg(done.attempt ORDER BY n), bool_or(done.child_count <> 0)
+    INTO v_runs, v_steps, v_attempts, v_branching FROM done;
+    IF v_branching THEN
+        RAISE EXCEPTION 'cairn: a succeeded step has dependents to release' USING ERRCODE = 'CRN01';
+    END IF;
+    v_runs := COALESCE(v_runs, '{}');
+    v_steps := COALESCE(v_steps, '{}');
+    v_attempts := COALESCE(v_attempts, '{}');
+
+    UPDATE attempts a SET status = 'succeeded', ended_at = p_now
+    FROM UNNEST(v_runs, v_steps, v_attempts) AS d(run_id, step_id, attempt)
+    WHERE a.run_id = d.run_id AND a.step_id = d.step_id AND a.attempt = d.attempt;
+
+    SELECT count(DISTINCT r) INTO v_run_count FROM UNNEST(v_runs) AS r;
+    -- `first`: where each run first appears among the successes, the order its `run_succeeded` event takes.
+    WITH c AS (SELECT r AS id, count(*) AS n, min(i) AS first FROM UNNEST(v_runs) WITH ORDINALITY AS u(r, i)
+                 GROUP BY r),
+    counted AS (UPDATE runs SET open_steps = runs.open_steps - c.n, updated_at = p_now FROM c WHERE runs.id = c.id
+        RETURNING runs.id, runs.open_steps, runs.cancel_requested, c.first)
+    SELECT count(*), COALESCE(bool_or(open_steps < 0 OR cancel_requested <> 0), false),
+        COALESCE(array_agg(id ORDER BY first) FILTER (WHERE open_steps = 0), '{}')
+    INTO v_counted, v_unsettled, v_ending FROM counted;
+    IF v_unsettled OR v_counted <> v_run_count THEN
+        RAISE EXCEPTION 'cairn: a run needs the general path' USING ERRCODE = 'CRN01';
+    END IF;
+    -- Runs with no open step left end here when they end clean (`RUN_SUCCEED_IF_CLEAN` in `store/src/sql.rs`);
+    -- one with a failed step, or already finished, is left to Rust to name its failure.
+    WITH finished AS (UPDATE runs SET status = 'succeeded', failure = NULL, finished_at = p_now, updated_at = p_now
+        WHERE runs.id = ANY (v_ending) AND (runs.status IN ('pending', 'running')) IS TRUE
+            AND NOT EXISTS (SELECT 1 FROM steps f WHERE f.run_id = runs.id AND f.status = 'failed')
+        RETURNING runs.id)
+    SELECT count(*) INTO v_finished FROM finished;
+    IF v_finished <> cardinality(v_ending) THEN
+        RAISE EXCEPTION 'cairn: a run ends with a failure or had ended' USING ERRCODE = 'CRN01';
+    END IF;
+
+    FOR i IN 1 .. cardinality(v_runs) LOOP
+        succeeded := true;
+        run_id := v_runs[i];
+        step_id := v_steps[i];
+        attempt := v_attempts[i];
+        RETURN NEXT;
+    END LOOP;
+    succeeded := false;
+
+    -- The claim of `store/src/postgres.rs` (`CLAIM`), with the successes' events queued before its own.
+    FOR v_row IN
+        WITH picked AS (SELECT r.run_id, r.step_id FROM steps r WHERE r.status = 'ready' AND r.available_at <= p_now
+            AND r.action = ANY (p_actions) ORDER BY r.available_at LIMIT p_limit FOR UPDATE SKIP LOCKED),
+        leased AS (UPDATE steps s SET status = 'running', attempt = s.attempt + 1, lease_owner = p_worker_id,
+            lease_id = s.run_id || '/' || s.step_id || '/' || (s.attempt + 1), started_at = p_now,
+            heartbeat_at = p_now, deadline_at = p_now + s.timeout_ms,
+            lease_expires_at = LEAST(p_now + s.timeout_ms, p_now + COALESCE(s.heartbeat_timeout_ms, p_lease_ttl_ms)),
+            updated_at = p_now
+            FROM picked WHERE s.run_id = picked.run_id AND s.step_id = picked.step_id
+            RETURNING s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms,
+                s.deadline_at, s.checkpoint, s.available_at, s.lease_id, s.successor_action, s.child_count),
+        opened AS (INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status, started_at)
+            SELECT l.run_id, l.step_id, l.attempt, l.lease_id, l.action, p_worker_id, 'running', p_now FROM leased l),
+        started AS (UPDATE runs SET status = 'running', updated_at = p_now
+            WHERE runs.id = ANY (ARRAY(SELECT l.run_id FROM leased l)) AND (runs.status = 'pending') IS TRUE),
+        logged AS (INSERT INTO run_events (run_id, step_id, kind, data, at)
+            SELECT e.run_id, e.step_id, e.kind, e.data, e.at FROM (
+                SELECT q.run_id, q.step_id, 'step_succeeded' AS kind, '{"attempt":' || q.attempt || '}' AS data,
+                    p_now AS at, q.n
+                FROM UNNEST(v_runs, v_steps, v_attempts) WITH ORDINALITY AS q(run_id, step_id, attempt, n)
+                UNION ALL
+                SELECT f.run_id, NULL, 'run_succeeded', '{}', p_now, cardinality(v_runs) + f.n
+                FROM UNNEST(v_ending) WITH ORDINALITY AS f(run_id, n)
+                UNION ALL
+                SELECT l.run_id, l.step_id, 'step_started',
+                    '{"attempt":' || l.attempt || ',"worker_id":' || to_json(p_worker_id)::text || '}', p_now,
+                    cardinality(v_runs) + cardinality(v_ending) + row_number() OVER (ORDER BY l.available_at, l.run_id, l.step_id)
+                FROM leased l) AS e,
+            (SELECT count(*) AS runs_locked FROM (SELECT k.id FROM runs k WHERE k.id IN
+                (SELECT l.run_id FROM leased l UNION SELECT unnest(v_runs)) ORDER BY k.id FOR NO KEY UPDATE) AS k) AS lk
+            ORDER BY e.n)
+        SELECT l.run_id, l.step_id, l.attempt, l.action, l.args, l.timeout_ms, l.heartbeat_timeout_ms, l.deadline_at,
+            l.checkpoint, l.available_at, l.successor_action, l.child_count FROM leased l
+    LOOP
+        IF strpos(v_row.args, '$') <> 0 THEN
+            RAISE EXCEPTION 'cairn: a leased step may hold a placeholder' USING ERRCODE = 'CRN01';
+        END IF;
+        run_id := v_row.run_id;
+        step_id := v_row.step_id;
+        attempt := v_row.attempt;
+        action := v_row.action;
+        args := v_row.args;
+        timeout_ms := v_row.timeout_ms;
+        heartbeat_timeout_ms := v_row.heartbeat_timeout_ms;
+        deadline_at := v_row.deadline_at;
+        checkpoint := v_row.checkpoint;
+        available_at := v_row.available_at;
+        successor_action := v_row.successor_action;
+        child_count := v_row.child_count;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
