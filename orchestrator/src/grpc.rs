@@ -199,14 +199,9 @@ impl WorkerService for WorkerGrpc {
             response.next = current.into_iter().map(|c| attempt(c, now)).collect();
             return Ok(Response::new(response));
         }
-        // `biased`: the report is queued first, so the claim sees what it released (normally in the same batch;
-        // in a later one when the writer took the report alone).
+        // One operation for the writer: the claim sees what the completion released, in the same batch.
         let limit = req.next_max_attempts.clamp(1, 256);
-        let (report, claimed) = tokio::join!(
-            biased;
-            self.engine.complete(&lease, &output),
-            self.engine.claim(&req.worker_id, &req.next_actions, limit)
-        );
+        let (report, claimed) = self.engine.complete_and_claim(&lease, &output, &req.next_actions, limit).await;
         // A failed claim costs the worker nothing but this shortcut: its slot goes back to polling.
         let claimed = claimed.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "claim after a completion failed; the worker polls instead");

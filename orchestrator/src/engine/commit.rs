@@ -39,6 +39,14 @@ pub(super) enum Pending {
         park: bool,
         reply: oneshot::Sender<StoreResult<ClaimAnswer>>,
     },
+    /// A report and the claim its worker sent with it, queued as one operation so that they always share a
+    /// batch (the claim then sees what the report released, and the writer can take the pair in one call).
+    ReportAndClaim {
+        item: ReportItem,
+        report_reply: oneshot::Sender<StoreResult<Report>>,
+        request: ClaimRequest,
+        claim_reply: oneshot::Sender<StoreResult<ClaimAnswer>>,
+    },
 }
 
 /// The answer to a claim.
@@ -108,6 +116,12 @@ impl Batch {
                     batch.claims.push(request);
                     batch.claim_replies.push((park, reply));
                 }
+                Pending::ReportAndClaim { item, report_reply, request, claim_reply } => {
+                    batch.reports.push(item);
+                    batch.report_replies.push(report_reply);
+                    batch.claims.push(request);
+                    batch.claim_replies.push((false, claim_reply));
+                }
             }
         }
         batch
@@ -133,6 +147,24 @@ impl Engine {
         let (reply, outcome) = oneshot::channel();
         self.enqueue(Pending::Claim { request, park, reply }).await?;
         outcome.await.map_err(|_| StoreError::Stopped)?
+    }
+
+    /// Queues a report and a claim as one operation (see [`Pending::ReportAndClaim`]) and waits for both
+    /// outcomes (after their batch committed).
+    pub(super) async fn queue_report_and_claim(
+        &self,
+        item: ReportItem,
+        request: ClaimRequest,
+    ) -> (StoreResult<Report>, StoreResult<ClaimAnswer>) {
+        let (report_reply, report) = oneshot::channel();
+        let (claim_reply, claim) = oneshot::channel();
+        if self.enqueue(Pending::ReportAndClaim { item, report_reply, request, claim_reply }).await.is_err() {
+            return (Err(StoreError::Stopped), Err(StoreError::Stopped));
+        }
+        // The writer is gone only when the engine is shutting down: retryable, like a lost connection.
+        let report = report.await.map_err(|_| StoreError::Stopped).and_then(|r| r);
+        let claim = claim.await.map_err(|_| StoreError::Stopped).and_then(|c| c);
+        (report, claim)
     }
 
     async fn enqueue(&self, op: Pending) -> StoreResult<()> {

@@ -277,6 +277,34 @@ impl Engine {
         self.queue_report(ReportItem { lease: lease.clone(), kind: ReportKind::Complete(output.clone()) }).await
     }
 
+    /// [`Engine::complete`] and [`Engine::claim`] for the worker's next steps, in the same batch: the claim sees
+    /// what the completion released (the dependents it made ready can be leased to this worker in the same
+    /// transaction). Returns both outcomes, the completion's first.
+    ///
+    /// # Errors
+    /// Store errors (retryable), for each part.
+    pub async fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        output: &Value,
+        actions: &[String],
+        limit: u32,
+    ) -> (StoreResult<Report>, StoreResult<Vec<Claimed>>) {
+        let item = ReportItem { lease: lease.clone(), kind: ReportKind::Complete(output.clone()) };
+        let request = ClaimRequest {
+            worker_id: lease.worker_id.clone(),
+            actions: actions.to_vec(),
+            limit,
+            now_ms: self.now_ms(),
+        };
+        let (report, claim) = self.queue_report_and_claim(item, request).await;
+        let claimed = claim.map(|answer| match answer {
+            commit::ClaimAnswer::Claimed(claimed) => claimed,
+            commit::ClaimAnswer::Parked { .. } => Vec::new(),
+        });
+        (report, claimed)
+    }
+
     /// Records a failed attempt under `lease`: retry with backoff, fail, or `outcome_unknown`.
     ///
     /// # Errors
