@@ -1,8 +1,8 @@
 -- Cairn schema v5 (PostgreSQL): a batch of leaf completions and the claim riding on them in one round trip
 -- (issue 8).
 --
--- `cairn_complete_leaves_and_claim` accepts one worker's successes of steps no other step depends on, under their
--- leases, and leases that worker's next steps, in the single transaction of one call (the caller sends it outside
+-- `cairn_complete_leaves_and_claim` accepts workers' successes of steps no other step depends on, under their
+-- leases, and leases the steps the workers' claims ask for, in the single transaction of one call (the caller sends it outside
 -- any transaction block, so the call commits on return). It does what the general path (`BEGIN`, the success
 -- statement, the runs' counters, the claim, `COMMIT`: five round trips) does when no decision in Rust is needed
 -- between those statements, and writes the same rows and events in the same order:
@@ -10,12 +10,12 @@
 --     is not current changes nothing and is not returned: the caller answers it stale);
 --   - each run's open-step counter minus its steps succeeded here; a run left with no open step, no failed step
 --     and no cancel under way succeeds (`run_succeeded`), as `RUN_SUCCEED_IF_CLEAN` in `store/src/sql.rs` does;
---   - the claim: up to `p_limit` due ready steps serving `p_actions`, oldest first, rows locked by another claimer
---     skipped, each leased with a new attempt row, their runs marked running, as `CLAIM` in
---     `store/src/postgres.rs` does;
+--   - one claim per claim group (a worker, its actions as a JSON array, a limit), in the order given: up to the
+--     limit of due ready steps serving those actions, oldest first, rows locked by another claimer skipped, each
+--     leased with a new attempt row, their runs marked running, as `CLAIM` in `store/src/postgres.rs` does;
 --   - events: one `step_succeeded` per success in the order given, one `run_succeeded` per run ended here in the
---     order the runs first appear among the successes, then one `step_started` per leased step, with their runs
---     locked first (`lock_runs!` in `store/src/postgres.rs`).
+--     order the runs first appear among the successes, then one `step_started` per leased step, group by group,
+--     with their runs locked first (`lock_runs!` in `store/src/postgres.rs`).
 -- Any other case raises SQLSTATE `CRN01` ("take the general path"), which rolls the call back whole: a succeeded
 -- step that has dependents (releasing them is decided in Rust), a run that would end with a failed step or had
 -- already ended, a run with a cancel under way, a run that vanished, or a leased step whose args may hold a
@@ -23,12 +23,12 @@
 -- claim). The caller sends only batches it knows to be leaves (`child_count` 0 when claimed) and, after a
 -- fallback, sends the next few leaf batches the general way without asking (`store/src/writer.rs`).
 --
--- Rows: one per success (`succeeded` true; `run_id`, `step_id`, `attempt`, the rest NULL), then one per leased
--- step (`succeeded` false), the columns the claim returns plus `child_count`.
+-- Rows: one per success (`claim_group` 0; `run_id`, `step_id`, `attempt`, the rest NULL), then one per leased
+-- step (`claim_group` the 1-based index of its claim group), the columns the claim returns plus `child_count`.
 CREATE FUNCTION cairn_complete_leaves_and_claim(
-    p_run_ids TEXT[], p_step_ids TEXT[], p_attempts BIGINT[], p_outputs TEXT[], p_worker_id TEXT, p_now BIGINT,
-    p_actions TEXT[], p_limit BIGINT, p_lease_ttl_ms BIGINT)
-RETURNS TABLE (succeeded BOOLEAN, run_id TEXT, step_id TEXT, attempt BIGINT, action TEXT, args TEXT,
+    p_run_ids TEXT[], p_step_ids TEXT[], p_attempts BIGINT[], p_workers TEXT[], p_outputs TEXT[], p_now BIGINT,
+    p_claim_workers TEXT[], p_claim_actions TEXT[], p_claim_limits BIGINT[], p_lease_ttl_ms BIGINT)
+RETURNS TABLE (claim_group INT, run_id TEXT, step_id TEXT, attempt BIGINT, action TEXT, args TEXT,
     timeout_ms BIGINT, heartbeat_timeout_ms BIGINT, deadline_at BIGINT, checkpoint TEXT, available_at BIGINT,
     successor_action TEXT, child_count BIGINT)
 LANGUAGE plpgsql
@@ -47,13 +47,16 @@ DECLARE
     v_ending TEXT[];
     v_finished BIGINT;
     v_row RECORD;
+    v_worker TEXT;
+    v_actions TEXT[];
+    v_first BOOLEAN;
 BEGIN
-    WITH v AS (SELECT * FROM UNNEST(p_run_ids, p_step_ids, p_attempts, p_outputs) WITH ORDINALITY
-                 AS v(run_id, step_id, attempt, output, n)),
+    WITH v AS (SELECT * FROM UNNEST(p_run_ids, p_step_ids, p_attempts, p_workers, p_outputs) WITH ORDINALITY
+                 AS v(run_id, step_id, attempt, worker_id, output, n)),
     done AS (UPDATE steps s SET status = 'succeeded', output = v.output, error = NULL, lease_id = NULL,
             lease_owner = NULL, lease_expires_at = NULL, finished_at = p_now, updated_at = p_now
         FROM v WHERE s.run_id = v.run_id AND s.step_id = v.step_id AND s.attempt = v.attempt
-            AND (s.status = 'running') IS TRUE AND s.lease_owner = p_worker_id
+            AND (s.status = 'running') IS TRUE AND s.lease_owner = v.worker_id
         RETURNING s.run_id, s.step_id, s.attempt, s.child_count, v.n)
     SELECT array_agg(done.run_id ORDER BY n), array_agg(done.step_id ORDER BY n),
         array_agg(done.attempt ORDER BY n), bool_or(done.child_count <> 0)
@@ -93,65 +96,94 @@ BEGIN
     END IF;
 
     FOR i IN 1 .. cardinality(v_runs) LOOP
-        succeeded := true;
+        claim_group := 0;
         run_id := v_runs[i];
         step_id := v_steps[i];
         attempt := v_attempts[i];
         RETURN NEXT;
     END LOOP;
-    succeeded := false;
 
-    -- The claim of `store/src/postgres.rs` (`CLAIM`), with the successes' events queued before its own.
-    FOR v_row IN
-        WITH picked AS (SELECT r.run_id, r.step_id FROM steps r WHERE r.status = 'ready' AND r.available_at <= p_now
-            AND r.action = ANY (p_actions) ORDER BY r.available_at LIMIT p_limit FOR UPDATE SKIP LOCKED),
-        leased AS (UPDATE steps s SET status = 'running', attempt = s.attempt + 1, lease_owner = p_worker_id,
-            lease_id = s.run_id || '/' || s.step_id || '/' || (s.attempt + 1), started_at = p_now,
-            heartbeat_at = p_now, deadline_at = p_now + s.timeout_ms,
-            lease_expires_at = LEAST(p_now + s.timeout_ms, p_now + COALESCE(s.heartbeat_timeout_ms, p_lease_ttl_ms)),
-            updated_at = p_now
-            FROM picked WHERE s.run_id = picked.run_id AND s.step_id = picked.step_id
-            RETURNING s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms,
-                s.deadline_at, s.checkpoint, s.available_at, s.lease_id, s.successor_action, s.child_count),
-        opened AS (INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status, started_at)
-            SELECT l.run_id, l.step_id, l.attempt, l.lease_id, l.action, p_worker_id, 'running', p_now FROM leased l),
-        started AS (UPDATE runs SET status = 'running', updated_at = p_now
-            WHERE runs.id = ANY (ARRAY(SELECT l.run_id FROM leased l)) AND (runs.status = 'pending') IS TRUE),
-        logged AS (INSERT INTO run_events (run_id, step_id, kind, data, at)
-            SELECT e.run_id, e.step_id, e.kind, e.data, e.at FROM (
-                SELECT q.run_id, q.step_id, 'step_succeeded' AS kind, '{"attempt":' || q.attempt || '}' AS data,
-                    p_now AS at, q.n
+    -- Without a claim the events are inserted alone, as `EVENTS_INSERT` in `store/src/postgres.rs` does.
+    IF COALESCE(cardinality(p_claim_workers), 0) = 0 THEN
+        INSERT INTO run_events (run_id, step_id, kind, data, at)
+        SELECT e.run_id, e.step_id, e.kind, e.data, p_now FROM (
+            SELECT q.run_id, q.step_id, 'step_succeeded' AS kind, '{"attempt":' || q.attempt || '}' AS data, q.n
+            FROM UNNEST(v_runs, v_steps, v_attempts) WITH ORDINALITY AS q(run_id, step_id, attempt, n)
+            UNION ALL
+            SELECT f.run_id, NULL, 'run_succeeded', '{}', cardinality(v_runs) + f.n
+            FROM UNNEST(v_ending) WITH ORDINALITY AS f(run_id, n)) AS e,
+            (SELECT count(*) AS runs_locked FROM (SELECT k.id FROM runs k WHERE k.id IN (SELECT unnest(v_runs))
+                ORDER BY k.id FOR NO KEY UPDATE) AS k) AS lk
+        ORDER BY e.n;
+    END IF;
+
+    -- One claim statement per claim group (a worker and its actions), in the order given, as `claim_all` in
+    -- `store/src/flow/batch.rs` does: the claim of `store/src/postgres.rs` (`CLAIM`); the first one writes the
+    -- successes' events before its own.
+    FOR g IN 1 .. COALESCE(cardinality(p_claim_workers), 0) LOOP
+        v_worker := p_claim_workers[g];
+        v_actions := ARRAY(SELECT jsonb_array_elements_text(p_claim_actions[g]::jsonb));
+        v_first := g = 1;
+        FOR v_row IN
+            WITH picked AS (SELECT r.run_id, r.step_id FROM steps r WHERE r.status = 'ready'
+                AND r.available_at <= p_now AND r.action = ANY (v_actions) ORDER BY r.available_at
+                LIMIT p_claim_limits[g] FOR UPDATE SKIP LOCKED),
+            leased AS (UPDATE steps s SET status = 'running', attempt = s.attempt + 1, lease_owner = v_worker,
+                lease_id = s.run_id || '/' || s.step_id || '/' || (s.attempt + 1), started_at = p_now,
+                heartbeat_at = p_now, deadline_at = p_now + s.timeout_ms,
+                lease_expires_at = LEAST(p_now + s.timeout_ms,
+                    p_now + COALESCE(s.heartbeat_timeout_ms, p_lease_ttl_ms)),
+                updated_at = p_now
+                FROM picked WHERE s.run_id = picked.run_id AND s.step_id = picked.step_id
+                RETURNING s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms,
+                    s.deadline_at, s.checkpoint, s.available_at, s.lease_id, s.successor_action, s.child_count),
+            opened AS (INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status,
+                    started_at)
+                SELECT l.run_id, l.step_id, l.attempt, l.lease_id, l.action, v_worker, 'running', p_now
+                FROM leased l),
+            started AS (UPDATE runs SET status = 'running', updated_at = p_now
+                WHERE runs.id = ANY (ARRAY(SELECT l.run_id FROM leased l)) AND (runs.status = 'pending') IS TRUE),
+            queued AS (SELECT q.run_id, q.step_id, 'step_succeeded' AS kind,
+                    '{"attempt":' || q.attempt || '}' AS data, q.n
                 FROM UNNEST(v_runs, v_steps, v_attempts) WITH ORDINALITY AS q(run_id, step_id, attempt, n)
+                WHERE v_first
                 UNION ALL
-                SELECT f.run_id, NULL, 'run_succeeded', '{}', p_now, cardinality(v_runs) + f.n
-                FROM UNNEST(v_ending) WITH ORDINALITY AS f(run_id, n)
-                UNION ALL
-                SELECT l.run_id, l.step_id, 'step_started',
-                    '{"attempt":' || l.attempt || ',"worker_id":' || to_json(p_worker_id)::text || '}', p_now,
-                    cardinality(v_runs) + cardinality(v_ending) + row_number() OVER (ORDER BY l.available_at, l.run_id, l.step_id)
-                FROM leased l) AS e,
-            (SELECT count(*) AS runs_locked FROM (SELECT k.id FROM runs k WHERE k.id IN
-                (SELECT l.run_id FROM leased l UNION SELECT unnest(v_runs)) ORDER BY k.id FOR NO KEY UPDATE) AS k) AS lk
-            ORDER BY e.n)
-        SELECT l.run_id, l.step_id, l.attempt, l.action, l.args, l.timeout_ms, l.heartbeat_timeout_ms, l.deadline_at,
-            l.checkpoint, l.available_at, l.successor_action, l.child_count FROM leased l
-    LOOP
-        IF strpos(v_row.args, '$') <> 0 THEN
-            RAISE EXCEPTION 'cairn: a leased step may hold a placeholder' USING ERRCODE = 'CRN01';
-        END IF;
-        run_id := v_row.run_id;
-        step_id := v_row.step_id;
-        attempt := v_row.attempt;
-        action := v_row.action;
-        args := v_row.args;
-        timeout_ms := v_row.timeout_ms;
-        heartbeat_timeout_ms := v_row.heartbeat_timeout_ms;
-        deadline_at := v_row.deadline_at;
-        checkpoint := v_row.checkpoint;
-        available_at := v_row.available_at;
-        successor_action := v_row.successor_action;
-        child_count := v_row.child_count;
-        RETURN NEXT;
+                SELECT f.run_id, NULL, 'run_succeeded', '{}', cardinality(v_runs) + f.n
+                FROM UNNEST(v_ending) WITH ORDINALITY AS f(run_id, n) WHERE v_first),
+            logged AS (INSERT INTO run_events (run_id, step_id, kind, data, at)
+                SELECT e.run_id, e.step_id, e.kind, e.data, p_now FROM (
+                    SELECT * FROM queued
+                    UNION ALL
+                    SELECT l.run_id, l.step_id, 'step_started',
+                        '{"attempt":' || l.attempt || ',"worker_id":' || to_json(v_worker)::text || '}',
+                        (SELECT count(*) FROM queued)
+                            + row_number() OVER (ORDER BY l.available_at, l.run_id, l.step_id)
+                    FROM leased l) AS e,
+                (SELECT count(*) AS runs_locked FROM (SELECT k.id FROM runs k WHERE k.id IN
+                    (SELECT l.run_id FROM leased l UNION SELECT q.run_id FROM queued q) ORDER BY k.id
+                    FOR NO KEY UPDATE) AS k) AS lk
+                ORDER BY e.n)
+            SELECT l.run_id, l.step_id, l.attempt, l.action, l.args, l.timeout_ms, l.heartbeat_timeout_ms,
+                l.deadline_at, l.checkpoint, l.available_at, l.successor_action, l.child_count FROM leased l
+        LOOP
+            IF strpos(v_row.args, '$') <> 0 THEN
+                RAISE EXCEPTION 'cairn: a leased step may hold a placeholder' USING ERRCODE = 'CRN01';
+            END IF;
+            claim_group := g;
+            run_id := v_row.run_id;
+            step_id := v_row.step_id;
+            attempt := v_row.attempt;
+            action := v_row.action;
+            args := v_row.args;
+            timeout_ms := v_row.timeout_ms;
+            heartbeat_timeout_ms := v_row.heartbeat_timeout_ms;
+            deadline_at := v_row.deadline_at;
+            checkpoint := v_row.checkpoint;
+            available_at := v_row.available_at;
+            successor_action := v_row.successor_action;
+            child_count := v_row.child_count;
+            RETURN NEXT;
+        END LOOP;
     END LOOP;
 END;
 $$;

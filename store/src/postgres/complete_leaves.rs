@@ -1,5 +1,5 @@
-//! Leaf completions and their claim in one round trip: the batch writer's path for a batch of one worker's
-//! successes of steps nothing depends on, with the claims riding on them (issue 8).
+//! Leaf completions and their claims in one round trip: the batch writer's path for a batch of successes of steps
+//! nothing depends on, with the claims riding on them and any polls (issue 8).
 //!
 //! The general path for that batch is `BEGIN`, the success statement, the runs' counters, the claim, `COMMIT`:
 //! five round trips, with the batch's workers waiting on all of them. When every succeeded step is a leaf, every
@@ -19,19 +19,21 @@ use crate::flow::finish::{Report, ReportLimits};
 use crate::model::{BatchOutcome, ClaimRequest, Claimed, Lease, ReportItem, ReportKind};
 use crate::rows::ClaimedRow;
 
-/// The call: one prepared text whatever the batch's size (the leases arrive as arrays, one per column).
-const CALL: &str = "SELECT succeeded, run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, \
+/// The call: one prepared text whatever the batch's size (the leases and claim groups arrive as arrays, one per
+/// column).
+const CALL: &str = "SELECT claim_group, run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, \
      deadline_at, checkpoint, available_at, successor_action, child_count \
-     FROM cairn_complete_leaves_and_claim($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+     FROM cairn_complete_leaves_and_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
-/// A batch this path can serve: completions only, at least one, all of one worker's leases that `is_leaf`
-/// accepts, each for a different step and with an output within the limit; and claims, if any, all by that
-/// worker for the same actions (the claims a worker sends with its completions).
+/// A batch this path can serve: completions only, at least one, under leases that `is_leaf` accepts, each for a
+/// different step and with an output within the limit; and any claims (grouped by worker and actions as the
+/// general path's claim groups them).
 pub(crate) struct LeafBatch<'a> {
     leases: Vec<&'a Lease>,
     outputs: Vec<String>,
-    worker_id: &'a str,
     claims: &'a [ClaimRequest],
+    /// The claim groups in order of first appearance: the worker, its actions, and the indexes of its requests.
+    groups: Vec<(&'a str, &'a [String], Vec<usize>)>,
 }
 
 impl<'a> LeafBatch<'a> {
@@ -43,13 +45,10 @@ impl<'a> LeafBatch<'a> {
         limits: ReportLimits,
         is_leaf: impl Fn(&Lease) -> bool,
     ) -> Option<Self> {
-        let worker_id = items.first()?.lease.worker_id.as_str();
-        let same_claims = claims.iter().all(|c| c.worker_id == worker_id && c.actions == claims[0].actions);
         let mut steps = std::collections::HashSet::new();
-        let shape = same_claims
+        let shape = !items.is_empty()
             && items.iter().all(|item| {
                 matches!(item.kind, ReportKind::Complete(_))
-                    && item.lease.worker_id == worker_id
                     && is_leaf(&item.lease)
                     && steps.insert((&item.lease.run_id, &item.lease.step_id))
             });
@@ -65,19 +64,22 @@ impl<'a> LeafBatch<'a> {
             }
             outputs.push(text);
         }
-        Some(LeafBatch { leases: items.iter().map(|i| &i.lease).collect(), outputs, worker_id, claims })
-    }
-
-    /// How many steps the claims ask for in all.
-    fn limit(&self) -> i64 {
-        self.claims.iter().map(|c| i64::from(c.limit)).sum()
+        let mut groups: Vec<(&str, &[String], Vec<usize>)> = Vec::new();
+        for (i, claim) in claims.iter().enumerate() {
+            match groups.iter_mut().find(|(w, a, _)| *w == claim.worker_id && *a == claim.actions.as_slice()) {
+                Some(group) => group.2.push(i),
+                None => groups.push((&claim.worker_id, &claim.actions, vec![i])),
+            }
+        }
+        Some(LeafBatch { leases: items.iter().map(|i| &i.lease).collect(), outputs, claims, groups })
     }
 }
 
-/// A row of [`CALL`]: a success (`succeeded`: only the lease's columns are set) or a leased step.
+/// A row of [`CALL`]: a success (`claim_group` 0: only the lease's columns are set) or a step leased for the
+/// claim group of that 1-based index.
 #[derive(sqlx::FromRow)]
 pub(crate) struct CallRow {
-    succeeded: bool,
+    claim_group: i32,
     #[sqlx(flatten)]
     step: CallStep,
 }
@@ -114,16 +116,26 @@ pub(crate) async fn complete_leaves_and_claim(
     let runs: Vec<&str> = batch.leases.iter().map(|l| l.run_id.as_str()).collect();
     let steps: Vec<&str> = batch.leases.iter().map(|l| l.step_id.as_str()).collect();
     let attempts: Vec<i64> = batch.leases.iter().map(|l| i64::from(l.attempt)).collect();
-    let actions: &[String] = batch.claims.first().map_or(&[], |c| &c.actions);
+    let workers: Vec<&str> = batch.leases.iter().map(|l| l.worker_id.as_str()).collect();
+    let claim_workers: Vec<&str> = batch.groups.iter().map(|(worker, _, _)| *worker).collect();
+    let claim_actions: Vec<String> =
+        batch.groups.iter().map(|(_, actions, _)| serde_json::Value::from(actions.to_vec()).to_string()).collect();
+    let claim_limits: Vec<i64> = batch
+        .groups
+        .iter()
+        .map(|(_, _, requests)| requests.iter().map(|&i| batch.claims[i].limit).fold(0_u32, u32::saturating_add))
+        .map(i64::from)
+        .collect();
     let result = sqlx::query_as::<Postgres, CallRow>(CALL)
         .bind(runs)
         .bind(steps)
         .bind(attempts)
+        .bind(workers)
         .bind(&batch.outputs)
-        .bind(batch.worker_id)
         .bind(now)
-        .bind(actions)
-        .bind(batch.limit())
+        .bind(claim_workers)
+        .bind(claim_actions)
+        .bind(claim_limits)
         .bind(lease_ttl_ms)
         .fetch_all(connection)
         .await;
@@ -135,17 +147,20 @@ pub(crate) async fn complete_leaves_and_claim(
 }
 
 /// The batch's outcome once the call committed `rows`: each report `Succeeded` when its lease is among the
-/// successes, `Stale` otherwise (its lease was not current: nothing changed, as on the general path); the leased
-/// steps dealt out to the claims in order, each taking at most its limit, as the general path's claim does.
+/// successes, `Stale` otherwise (its lease was not current: nothing changed, as on the general path); each claim
+/// group's leased steps dealt out to its requests in order, each taking at most its limit, as the general path's
+/// `claim_all` does.
 pub(crate) fn outcome(rows: Vec<CallRow>, batch: &LeafBatch<'_>, now: i64) -> StoreResult<BatchOutcome> {
     let mut succeeded = std::collections::HashSet::new();
-    let mut leased = Vec::new();
+    let mut leased: Vec<Vec<Claimed>> = batch.groups.iter().map(|_| Vec::new()).collect();
     for row in rows {
-        if row.succeeded {
+        if row.claim_group == 0 {
             succeeded.insert((row.step.run_id, row.step.step_id, row.step.attempt));
-        } else {
-            leased.push(row.step.claimed(batch.worker_id, now)?);
+            continue;
         }
+        let group = usize::try_from(row.claim_group - 1).ok().filter(|&g| g < batch.groups.len());
+        let Some(group) = group else { return Err(StoreError::corrupt("claim_group", row.claim_group)) };
+        leased[group].push(row.step.claimed(batch.groups[group].0, now)?);
     }
     let reports = batch
         .leases
@@ -155,12 +170,13 @@ pub(crate) fn outcome(rows: Vec<CallRow>, batch: &LeafBatch<'_>, now: i64) -> St
             if succeeded.contains(&key) { Report::Succeeded } else { Report::Stale }
         })
         .collect();
-    let mut leased = leased.into_iter();
-    let claimed = batch
-        .claims
-        .iter()
-        .map(|c| leased.by_ref().take(usize::try_from(c.limit).unwrap_or(usize::MAX)).collect())
-        .collect();
+    let mut claimed: Vec<Vec<Claimed>> = batch.claims.iter().map(|_| Vec::new()).collect();
+    for ((_, _, requests), steps) in batch.groups.iter().zip(leased) {
+        let mut steps = steps.into_iter();
+        for &i in requests {
+            claimed[i] = steps.by_ref().take(usize::try_from(batch.claims[i].limit).unwrap_or(usize::MAX)).collect();
+        }
+    }
     Ok(BatchOutcome { reports, claimed, ready_now: 0, handed: Vec::new() })
 }
 

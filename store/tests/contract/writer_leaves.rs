@@ -5,7 +5,7 @@
 //! Rust must decide.
 
 use cairn_core::failure::Failure;
-use cairn_store::{BatchWriter, NewRun, Report, ReportItem, ReportKind, Store};
+use cairn_store::{BatchWriter, ClaimRequest, Lease, NewRun, Report, ReportItem, ReportKind, Store};
 use serde_json::json;
 
 use super::support::{T0, create, events, new_run, noop, run, status, steps, submit};
@@ -86,6 +86,79 @@ async fn leaf_batches_through_the_writer_leave_the_rows_and_events_the_general_p
     }
 }
 
+async fn leaf_batches_of_several_workers_leave_the_rows_and_events_the_general_path_leaves(store: Store) {
+    // `w1` serves `noop`, `w2` serves `sleep`, so which worker leases which step does not depend on ties.
+    let sleep = |id: &str| json!({"id": id, "action": "sleep", "args": {"duration_ms": 1}});
+    let both = steps(vec![
+        noop("a", &[], json!({})),
+        noop("b", &[], json!({})),
+        noop("c", &[], json!({})),
+        sleep("d"),
+        sleep("e"),
+    ]);
+    let more = steps(vec![noop("m", &[], json!({})), sleep("n")]);
+    let claim = |worker: &str, action: &str, limit: u32| ClaimRequest {
+        worker_id: worker.into(),
+        actions: vec![action.into()],
+        limit,
+        now_ms: 0,
+    };
+    let mut writer = store.batch_writer();
+    for path in ["writer", "store"] {
+        let (both_id, more_id) = (format!("{path}-both"), format!("{path}-more"));
+        submit(&store, &both_id, &both).await;
+        let mut by = (path == "writer").then_some(&mut writer);
+        let mut batch = async |items: Vec<ReportItem>, claims: Vec<ClaimRequest>, now: i64| {
+            write(&store, by.as_deref_mut(), &items, &claims, now).await
+        };
+        let first = batch(Vec::new(), vec![claim("w1", "noop", 10), claim("w2", "sleep", 10)], T0).await;
+        let mut held: Vec<_> = first.claimed.iter().flatten().map(|c| c.lease.clone()).collect();
+        let lease = |held: &[Lease], id: &str| held.iter().find(|l| l.step_id == id).expect("leased").clone();
+        assert_eq!((first.claimed[0].len(), first.claimed[1].len()), (3, 2), "{path}");
+
+        // Two workers' completions; three claims in two groups, the second group's two requests dealt in order.
+        create(&store, &NewRun { now_ms: T0 + 1, ..new_run(&more_id, &more) }).await;
+        let claims = vec![claim("w2", "sleep", 1), claim("w1", "noop", 1), claim("w1", "noop", 1)];
+        let outcome =
+            batch(vec![complete(&lease(&held, "a"), json!(1)), complete(&lease(&held, "d"), json!(2))], claims, T0 + 2)
+                .await;
+        assert_eq!(outcome.reports, [Report::Succeeded; 2], "{path}");
+        let got: Vec<Vec<&str>> =
+            outcome.claimed.iter().map(|c| c.iter().map(|s| s.lease.step_id.as_str()).collect()).collect();
+        assert_eq!(got, [vec!["n"], vec!["m"], vec![]], "{path}");
+        assert_eq!(outcome.claimed[0][0].lease.worker_id, "w2", "{path}");
+        held.extend(outcome.claimed.iter().flatten().map(|c| c.lease.clone()));
+
+        // Completions with no claim at all.
+        let outcome = batch(
+            vec![complete(&lease(&held, "b"), json!({})), complete(&lease(&held, "e"), json!({}))],
+            vec![],
+            T0 + 3,
+        )
+        .await;
+        assert_eq!(outcome.reports, [Report::Succeeded; 2], "{path}");
+
+        // Both runs end.
+        let items = vec![
+            complete(&lease(&held, "c"), json!({})),
+            complete(&lease(&held, "n"), json!({})),
+            complete(&lease(&held, "m"), json!({})),
+        ];
+        let outcome = batch(items, vec![claim("w1", "noop", 1)], T0 + 4).await;
+        assert_eq!(outcome.reports, [Report::Succeeded; 3], "{path}");
+        assert_eq!(run(&store, &both_id).await.status, "succeeded", "{path}");
+        assert_eq!(run(&store, &more_id).await.status, "succeeded", "{path}");
+    }
+
+    let expected = if postgres(&store) { (3, 0) } else { (0, 0) };
+    assert_eq!(leaf_calls(&writer), expected, "the three leaf batches went in one call each on PostgreSQL");
+    for run_id in ["both", "more"] {
+        let (by_writer, by_store) = (format!("writer-{run_id}"), format!("store-{run_id}"));
+        assert_eq!(rows(&store, &by_writer).await, rows(&store, &by_store).await, "{run_id}: the same rows");
+        assert_eq!(history(&store, &by_writer).await, history(&store, &by_store).await, "{run_id}: the same events");
+    }
+}
+
 async fn a_leaf_batch_whose_claim_meets_a_placeholder_falls_back_and_then_pauses(store: Store) {
     submit(&store, "r1", &steps(vec![noop("a", &[], json!({})), noop("b", &[], json!({}))])).await;
     let mut writer = store.batch_writer();
@@ -138,6 +211,7 @@ async fn a_leaf_batch_that_ends_a_run_with_a_failed_step_falls_back_and_the_run_
 
 contract_tests!(
     leaf_batches_through_the_writer_leave_the_rows_and_events_the_general_path_leaves,
+    leaf_batches_of_several_workers_leave_the_rows_and_events_the_general_path_leaves,
     a_leaf_batch_whose_claim_meets_a_placeholder_falls_back_and_then_pauses,
     a_leaf_batch_that_ends_a_run_with_a_failed_step_falls_back_and_the_run_fails,
 );
