@@ -299,21 +299,36 @@ async fn in_one_call(
     now_ms: i64,
 ) -> OneCall<ClaimedRow> {
     let Some(connection) = held_connection(held, pool).await else { return OneCall::NotTried };
-    match complete_and_claim(connection, candidate, lease_ttl_ms, now_ms).await {
+    let result = complete_and_claim(connection, candidate, lease_ttl_ms, now_ms).await;
+    let lost = match settle(held, result) {
+        Ok(tried) => return tried,
+        Err(lost) => lost,
+    };
+    tracing::debug!(error = %lost, "the connection was lost during a one-call completion; reading what committed");
+    match committed(pool, candidate, now_ms).await {
         Ok(Some(row)) => OneCall::Committed(row),
         Ok(None) => OneCall::FellBack,
+        Err(e) => OneCall::Unknown(e.into()),
+    }
+}
+
+/// What a call's `result` says: `Err` (the connection was lost, so what committed is unknown) for the caller to
+/// decide. After any error the held connection is dropped; an error other than a lost connection rolled the call
+/// back, so the general path runs.
+fn settle<T>(
+    held: &mut Option<PoolConnection<Postgres>>,
+    result: Result<Option<T>, sqlx::Error>,
+) -> Result<OneCall<T>, sqlx::Error> {
+    match result {
+        Ok(Some(value)) => Ok(OneCall::Committed(value)),
+        Ok(None) => Ok(OneCall::FellBack),
         Err(e) => {
             discard(held);
-            if !postgres::lost_connection(&e) {
-                tracing::debug!(error = %e, "the one-call completion failed; taking the general path");
-                return OneCall::FellBack;
+            if postgres::lost_connection(&e) {
+                return Err(e);
             }
-            tracing::debug!(error = %e, "the connection was lost during a one-call completion; reading what committed");
-            match committed(pool, candidate, now_ms).await {
-                Ok(Some(row)) => OneCall::Committed(row),
-                Ok(None) => OneCall::FellBack,
-                Err(e) => OneCall::Unknown(e.into()),
-            }
+            tracing::debug!(error = %e, "a one-call batch failed; taking the general path");
+            Ok(OneCall::FellBack)
         }
     }
 }
@@ -333,19 +348,8 @@ async fn leaves_in_one_call(
     now_ms: i64,
 ) -> OneCall<Vec<complete_leaves::CallRow>> {
     let Some(connection) = held_connection(held, pool).await else { return OneCall::NotTried };
-    match complete_leaves_and_claim(connection, batch, lease_ttl_ms, now_ms).await {
-        Ok(Some(rows)) => OneCall::Committed(rows),
-        Ok(None) => OneCall::FellBack,
-        Err(e) => {
-            discard(held);
-            if postgres::lost_connection(&e) {
-                OneCall::Unknown(e.into())
-            } else {
-                tracing::debug!(error = %e, "the leaf call failed; taking the general path");
-                OneCall::FellBack
-            }
-        }
-    }
+    let result = complete_leaves_and_claim(connection, batch, lease_ttl_ms, now_ms).await;
+    settle(held, result).unwrap_or_else(|lost| OneCall::Unknown(lost.into()))
 }
 
 /// Closes the held connection instead of returning it to the pool.
