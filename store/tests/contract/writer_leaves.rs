@@ -209,7 +209,75 @@ async fn a_leaf_batch_that_ends_a_run_with_a_failed_step_falls_back_and_the_run_
     assert!(!kinds.iter().any(|k| k == "run_succeeded"), "{kinds:?}");
 }
 
+/// Every event of the runs whose id starts with `prefix`, in id order across runs, with the prefix removed.
+async fn global_history(store: &Store, prefix: &str) -> Vec<String> {
+    const SQL: &str = "SELECT run_id, COALESCE(step_id, '-'), kind, data, at FROM run_events \
+         WHERE run_id LIKE $1 ORDER BY id";
+    type Row = (String, String, String, String, i64);
+    let pattern = format!("{prefix}%");
+    let rows: Vec<Row> = match store {
+        Store::Sqlite(pool) => sqlx::query_as(SQL).bind(&pattern).fetch_all(pool).await.expect("events"),
+        Store::Postgres(pool) => sqlx::query_as(SQL).bind(&pattern).fetch_all(pool).await.expect("events"),
+    };
+    rows.into_iter().map(|r| format!("{r:?}").replace(prefix, "")).collect()
+}
+
+/// What a claim writes and a later completion overwrites (the run marked `running` and its `updated_at`, the
+/// lease's expiry) and the order of events across runs are compared after every batch, not only at the end.
+async fn leaf_batches_match_the_general_path_after_every_batch(store: Store) {
+    let wide = steps(["a", "b", "c"].iter().map(|id| noop(id, &[], json!({}))).collect());
+    let single = steps(vec![noop("x", &[], json!({}))]);
+    // Timeouts past the lease TTL, so the lease's expiry is the TTL's (`lease_expires_at` shows the difference).
+    let long = |id: &str| json!({"id": id, "action": "noop", "args": {}, "timeout_ms": 120_000});
+    let pair = steps(vec![long("y"), long("z")]);
+    let mut writer = store.batch_writer();
+    let mut snapshots: Vec<Vec<String>> = Vec::new();
+    for path in ["writer", "store"] {
+        let prefix = format!("{path}-");
+        let (r1, r2, r3) = (format!("{path}-r1"), format!("{path}-r2"), format!("{path}-r3"));
+        submit(&store, &r1, &wide).await;
+        submit(&store, &r2, &single).await;
+        let mut by = (path == "writer").then_some(&mut writer);
+        let mut batch = async |items: Vec<ReportItem>, claim: u32, now: i64| {
+            write(&store, by.as_deref_mut(), &items, &[request(claim)], now).await
+        };
+        let first = batch(Vec::new(), 10, T0).await;
+        let lease = |id: &str| first.claimed[0].iter().find(|c| c.lease.step_id == id).expect("claimed").lease.clone();
+        let mut snapshot = Vec::new();
+
+        // x ends r2; the claim leases both steps of r3, submitted meanwhile (r3 becomes `running`).
+        create(&store, &NewRun { now_ms: T0 + 2, ..new_run(&r3, &pair) }).await;
+        let outcome = batch(vec![complete(&lease("a"), json!({})), complete(&lease("x"), json!({}))], 5, T0 + 3).await;
+        assert_eq!(outcome.reports, [Report::Succeeded; 2], "{path}");
+        let leased: Vec<Lease> = outcome.claimed[0].iter().map(|c| c.lease.clone()).collect();
+        assert_eq!(leased.len(), 2, "{path}");
+        for run_id in [&r1, &r2, &r3] {
+            snapshot.extend(rows(&store, run_id).await);
+        }
+        snapshot.extend(global_history(&store, &prefix).await);
+
+        // r1 and r3 end in one batch, r1 first seen.
+        let items = vec![
+            complete(&lease("c"), json!({})),
+            complete(&leased[0], json!({})),
+            complete(&lease("b"), json!({})),
+            complete(&leased[1], json!({})),
+        ];
+        let outcome = batch(items, 1, T0 + 4).await;
+        assert_eq!(outcome.reports, [Report::Succeeded; 4], "{path}");
+        for run_id in [&r1, &r2, &r3] {
+            snapshot.extend(rows(&store, run_id).await);
+        }
+        snapshot.extend(global_history(&store, &prefix).await);
+        snapshots.push(snapshot);
+    }
+    let expected = if postgres(&store) { (2, 0) } else { (0, 0) };
+    assert_eq!(leaf_calls(&writer), expected, "both leaf batches went in one call on PostgreSQL");
+    assert_eq!(snapshots[0], snapshots[1], "the writer's rows and events after each batch are the general path's");
+}
+
 contract_tests!(
+    leaf_batches_match_the_general_path_after_every_batch,
     leaf_batches_through_the_writer_leave_the_rows_and_events_the_general_path_leaves,
     leaf_batches_of_several_workers_leave_the_rows_and_events_the_general_path_leaves,
     a_leaf_batch_whose_claim_meets_a_placeholder_falls_back_and_then_pauses,
