@@ -73,10 +73,9 @@ pub struct Claimed {
     /// on the completion serves this action (see [`crate::BatchWriter`]). `None` otherwise, and for steps stored
     /// before the column existed (PostgreSQL schema v4, SQLite v5).
     pub successor_action: Option<String>,
-    /// Whether no step depends on this one (known from the claim; `false` when the claim did not say, as for a
-    /// dependent leased by the chain call): completing it under this lease releases nothing, which the batch
-    /// writer needs to know before trying several such completions and their claim in one call on PostgreSQL
-    /// (see [`crate::BatchWriter`]).
+    /// Whether no step depends on this one (known from the claim, on both backends): completing it under this
+    /// lease releases nothing, which the batch writer needs to know before trying several such completions and
+    /// their claims in one call on PostgreSQL (see [`crate::BatchWriter`]).
     pub leaf: bool,
 }
 

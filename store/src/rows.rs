@@ -14,7 +14,7 @@ pub(crate) struct ClaimedRow {
     pub checkpoint: Option<String>,
     pub available_at: Option<i64>,
     pub successor_action: Option<String>,
-    /// How many steps depend on this one; `None` where the statement does not say (the chain call's row).
+    /// How many steps depend on this one (`None` only where a statement does not say).
     #[sqlx(default)]
     pub child_count: Option<i64>,
 }

@@ -126,15 +126,17 @@ async fn a_chain_and_leaves_on_postgresql_count_their_batches_written_in_one_cal
     assert_eq!(run["status"], "succeeded", "worker log:\n{}", worker.log());
     let after = scrape(&app).await;
 
-    // Assert: a → b and b → c were each one call (c was leased by the chain call, which does not say whether it
-    // is a leaf, so its completion went the general way). The gRPC handler queues a completion and its claim as
-    // one operation, so the writer always has them in one batch.
+    // Assert: a → b and b → c were each one call, and c's completion (a leaf, which ends the run) a leaf call.
+    // The gRPC handler queues a completion and its claim as one operation, so the writer always has them in one
+    // batch.
     let chain =
         |outcome: &str| after.get(&format!("cairn_one_call_completions_total{{outcome=\"{outcome}\",path=\"chain\"}}"));
     let committed = chain("committed");
     assert_eq!(committed, 2.0, "calls committed; worker log:\n{}", worker.log());
     assert_eq!(chain("fell_back"), 0.0, "no call was wasted");
     assert_eq!(chain("unknown"), 0.0);
+    let leaf_committed = "cairn_one_call_completions_total{outcome=\"committed\",path=\"leaves\"}";
+    assert_eq!(after.get(leaf_committed), 1.0, "c's completion; worker log:\n{}", worker.log());
 
     // Act: three independent steps, each a leaf whose completion rides with the claim of the next.
     let plan = json!({"goal": "leaves", "steps": [
@@ -147,12 +149,12 @@ async fn a_chain_and_leaves_on_postgresql_count_their_batches_written_in_one_cal
     let after = scrape(&app).await;
 
     // Assert: the completions of x and y each went with the claim of the next in one call, and z's (which ends
-    // the run, its claim finding nothing) too.
+    // the run, its claim finding nothing) too: three more.
     let leaves = |outcome: &str| {
         after.get(&format!("cairn_one_call_completions_total{{outcome=\"{outcome}\",path=\"leaves\"}}"))
     };
     let committed = leaves("committed");
-    assert_eq!(committed, 3.0, "leaf calls committed; worker log:\n{}", worker.log());
+    assert_eq!(committed, 4.0, "leaf calls committed; worker log:\n{}", worker.log());
     assert_eq!(leaves("fell_back"), 0.0, "no leaf call was wasted");
     assert_eq!(leaves("unknown"), 0.0);
 }

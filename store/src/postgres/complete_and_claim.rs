@@ -23,7 +23,8 @@ pub(crate) const GENERAL_PATH: &str = "CRN01";
 
 /// The call: one prepared text (the function's own statements are planned once per connection).
 const CALL: &str = "SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, \
-     checkpoint, available_at, successor_action FROM cairn_complete_and_claim($1, $2, $3, $4, $5, $6, $7, $8)";
+     checkpoint, available_at, successor_action, child_count \
+     FROM cairn_complete_and_claim($1, $2, $3, $4, $5, $6, $7, $8)";
 
 /// A batch this path can serve: one completion whose output fits the limit, and one claim for at least one
 /// step by the same worker (the claim a worker sends with its completion), which `worth_a_call` accepts.
@@ -126,7 +127,7 @@ pub(crate) async fn committed(
 
 /// The read of [`committed`]. Index: `steps` PK, `step_edges` PK.
 const COMMITTED: &str = "SELECT d.run_id, d.step_id, d.attempt, d.action, d.args, d.timeout_ms, \
-     d.heartbeat_timeout_ms, d.deadline_at, d.checkpoint, d.available_at, d.successor_action \
+     d.heartbeat_timeout_ms, d.deadline_at, d.checkpoint, d.available_at, d.successor_action, d.child_count \
      FROM steps p JOIN step_edges e ON e.run_id = p.run_id AND e.parent = p.step_id \
      JOIN steps d ON d.run_id = e.run_id AND d.step_id = e.child \
      WHERE p.run_id = $1 AND p.step_id = $2 AND p.attempt = $3 AND (p.status = 'succeeded') IS TRUE \
@@ -225,6 +226,7 @@ mod tests {
         let row = call(&store, &a, &["noop"]).await.expect("the call takes the chain step");
 
         assert_eq!((row.step_id.as_str(), row.attempt, row.deadline_at), ("b", 1, T0 + 1 + 20_000));
+        assert_eq!(row.child_count, Some(0), "the call says b is a leaf, so its completion can take the leaf call");
         let statuses: Vec<(String, String)> =
             store.steps("r1").await.expect("steps").into_iter().map(|s| (s.id, s.status)).collect();
         assert_eq!(statuses, [("a".into(), "succeeded".into()), ("b".into(), "running".into())]);
