@@ -336,10 +336,11 @@ fn settle<T>(
 /// A batch of leaf completions and the claims riding on them, in one call ([`complete_leaves_and_claim`]) on the
 /// held connection (taken from `pool` when none is).
 ///
-/// After an error the connection is dropped. A connection lost during the call leaves its outcome unknown, as a
-/// `COMMIT` lost on the general path does: the batch fails with that error (its workers send their reports
-/// again, which a committed call answers stale, and steps it leased go back by lease expiry). Any other error
-/// rolled the call back.
+/// After an error the connection is dropped. When the connection was lost during the call, a fresh connection
+/// reads whether the call committed ([`complete_leaves::committed`]): if not (the usual case: the connection was
+/// already closed when the call was sent), the general path writes the batch; if so, the reports are answered as
+/// the call would have answered them and the claims with nothing (the steps the call leased come back by lease
+/// expiry, as after a `COMMIT` lost on the general path). Any other error rolled the call back.
 async fn leaves_in_one_call(
     held: &mut Option<PoolConnection<Postgres>>,
     pool: &PgPool,
@@ -349,7 +350,16 @@ async fn leaves_in_one_call(
 ) -> OneCall<Vec<complete_leaves::CallRow>> {
     let Some(connection) = held_connection(held, pool).await else { return OneCall::NotTried };
     let result = complete_leaves_and_claim(connection, batch, lease_ttl_ms, now_ms).await;
-    settle(held, result).unwrap_or_else(|lost| OneCall::Unknown(lost.into()))
+    let lost = match settle(held, result) {
+        Ok(tried) => return tried,
+        Err(lost) => lost,
+    };
+    tracing::debug!(error = %lost, "the connection was lost during a leaf call; reading what committed");
+    match complete_leaves::committed(pool, batch, now_ms).await {
+        Ok(Some(rows)) => OneCall::Committed(rows),
+        Ok(None) => OneCall::FellBack,
+        Err(e) => OneCall::Unknown(e.into()),
+    }
 }
 
 /// Closes the held connection instead of returning it to the pool.

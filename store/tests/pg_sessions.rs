@@ -1,8 +1,8 @@
 //! PostgreSQL connections that die under the store: the pool does not ping a busy connection before each
 //! transaction (`store/src/postgres.rs`), and the batch writer keeps its connection between batches
 //! (`store/src/writer.rs`), so a write transaction whose connection was closed by the server must begin again on
-//! another one instead of failing; so must a chain step whose one call (`cairn_complete_and_claim`) meets a
-//! closed connection.
+//! another one instead of failing; so must a chain step or a leaf batch whose one call (`cairn_complete_and_claim`,
+//! `cairn_complete_leaves_and_claim`) meets a closed connection.
 
 use cairn_store::{ClaimRequest, NewRun, Report, ReportItem, ReportKind, ReportLimits, Store};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -119,5 +119,53 @@ async fn a_chain_step_whose_one_call_meets_a_closed_connection_goes_through_the_
     let kinds = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
     assert_eq!((kinds("step_succeeded"), kinds("step_started")), (1, 2), "written once: {events:?}");
     let tried = writer.one_call_counts();
+    assert_eq!((tried.committed, tried.fell_back), (0, 1), "the call met the closed connection and wrote nothing");
+}
+
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn a_leaf_batch_whose_call_meets_a_closed_connection_goes_through_the_general_path(
+    _pool: PgPoolOptions,
+    options: PgConnectOptions,
+) {
+    let (store, database) = store_on(&options).await;
+    let doc = serde_json::json!({"steps": [
+        {"id": "a", "action": "noop", "args": {}},
+        {"id": "b", "action": "noop", "args": {}},
+    ]});
+    let limits = cairn_core::validate::Limits::default();
+    let plan = cairn_core::validate::validate_value(&doc, &cairn_core::catalog::StaticCatalog::builtin(), &limits)
+        .plan
+        .expect("the plan validates");
+    let run = NewRun {
+        run_id: "r1".into(),
+        plan,
+        input: serde_json::json!({}),
+        idempotency_key: None,
+        timers: vec![],
+        now_ms: 1,
+    };
+    store.create_run(&run).await.expect("created");
+    let mut writer = store.batch_writer();
+    let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: 1 };
+    let limits = ReportLimits { max_output_bytes: 1024 };
+    let nobody = |_: usize| Vec::new();
+    let first = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 1, &nobody).await;
+    let first = first.expect("a root is claimed").claimed[0][0].clone();
+    assert!(first.leaf, "its completion would be tried in the leaf call");
+    let mut admin = options.connect().await.expect("a separate session");
+    assert!(end_every_session(&mut admin, &database).await >= 1, "the writer's session was ended");
+    admin.close().await.expect("closed");
+
+    let done = ReportItem { lease: first.lease.clone(), kind: ReportKind::Complete(serde_json::json!({"ok": true})) };
+    let after = writer.report_batch(&[done], std::slice::from_ref(&request), limits, 30_000, 2, &nobody).await;
+
+    let outcome = after.expect("the completion went through on a new connection");
+    assert_eq!(outcome.reports, [Report::Succeeded]);
+    assert_eq!(outcome.claimed[0].len(), 1, "and its claim got the other root");
+    let events = store.events("r1", 0, 100).await.expect("events");
+    let kinds = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+    assert_eq!((kinds("step_succeeded"), kinds("step_started")), (1, 2), "written once: {events:?}");
+    let tried = writer.leaf_call_counts();
     assert_eq!((tried.committed, tried.fell_back), (0, 1), "the call met the closed connection and wrote nothing");
 }

@@ -146,6 +146,58 @@ pub(crate) async fn complete_leaves_and_claim(
     }
 }
 
+/// Whether a call for `batch` at `now` committed, read on a fresh connection from `pool` after the call's
+/// connection was lost: the successes as the call would have returned them if any lease of the batch is found
+/// succeeded at `now` (the call's own write: a lease is completed by one writer, and at one instant), `None` if
+/// none is. What the call leased cannot be told from what an earlier batch leased to the same worker in the same
+/// millisecond, so after a committed call the claims are answered with nothing and those steps come back by lease
+/// expiry. `None` also when the call committed with no current lease (every report stale), in which case its
+/// claims' steps come back the same way; and a server process that still runs the call after losing its client (a
+/// network cut, not a terminated session) may commit after this read. The usual case, a connection that was
+/// already closed when the call was sent (a database restart, a terminated session), reads `None`, and the
+/// general path then writes the batch on a fresh connection.
+///
+/// # Errors
+/// sqlx's error when the read fails on a live connection, or on every pooled one (the outcome is then unknown,
+/// as after a lost `COMMIT`).
+pub(crate) async fn committed(
+    pool: &sqlx::PgPool,
+    batch: &LeafBatch<'_>,
+    now: i64,
+) -> Result<Option<Vec<CallRow>>, sqlx::Error> {
+    let runs: Vec<&str> = batch.leases.iter().map(|l| l.run_id.as_str()).collect();
+    let steps: Vec<&str> = batch.leases.iter().map(|l| l.step_id.as_str()).collect();
+    let attempts: Vec<i64> = batch.leases.iter().map(|l| i64::from(l.attempt)).collect();
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let read = sqlx::query_as::<Postgres, CallRow>(COMMITTED)
+            .bind(&runs)
+            .bind(&steps)
+            .bind(&attempts)
+            .bind(now)
+            .fetch_all(pool)
+            .await;
+        match read {
+            // The pool's other connections may have died with the call's (a database restart): try another, as
+            // `postgres::begin` does.
+            Err(e) if tries <= super::MAX_CONNECTIONS && super::lost_connection(&e) => {}
+            Err(e) => return Err(e),
+            Ok(rows) if rows.is_empty() => return Ok(None),
+            Ok(rows) => return Ok(Some(rows)),
+        }
+    }
+}
+
+/// The read of [`committed`], shaped as the call's success rows. Index: `steps` PK.
+const COMMITTED: &str = "SELECT 0 AS claim_group, s.run_id, s.step_id, s.attempt, NULL::text AS action, \
+     NULL::text AS args, NULL::int8 AS timeout_ms, NULL::int8 AS heartbeat_timeout_ms, NULL::int8 AS deadline_at, \
+     NULL::text AS checkpoint, NULL::int8 AS available_at, NULL::text AS successor_action, \
+     NULL::int8 AS child_count \
+     FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS l(run_id, step_id, attempt) \
+     JOIN steps s ON s.run_id = l.run_id AND s.step_id = l.step_id AND s.attempt = l.attempt \
+     WHERE (s.status = 'succeeded') IS TRUE AND s.finished_at = $4";
+
 /// The batch's outcome once the call committed `rows`: each report `Succeeded` when its lease is among the
 /// successes, `Stale` otherwise (its lease was not current: nothing changed, as on the general path); each claim
 /// group's leased steps dealt out to its requests in order, each taking at most its limit, as the general path's
@@ -290,6 +342,24 @@ mod tests {
             store.steps("r1").await.expect("steps").into_iter().map(|s| (s.id, s.status)).collect();
         assert_eq!(statuses, [("a".into(), "succeeded".into()), ("b".into(), "running".into())]);
         assert_eq!(store.run("r1").await.expect("run").expect("exists").open_steps, 1, "b keeps r1 open");
+    }
+
+    #[sqlx::test(migrations = false)]
+    #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+    async fn after_a_lost_connection_the_read_back_finds_the_call_only_if_it_committed(pool: PgPool) {
+        let (store, leases) = leased(pool, json!([noop("a", &[], json!({})), noop("b", &[], json!({}))])).await;
+        let Store::Postgres(pg) = &store else { unreachable!("a PostgreSQL store") };
+        let items = [ReportItem { lease: leases[0].clone(), kind: ReportKind::Complete(json!({})) }];
+        let batch = LeafBatch::of(&items, &[], LIMITS, |_| true).expect("a leaf batch's shape");
+        assert!(committed(pg, &batch, T0 + 1).await.expect("read").is_none(), "nothing committed yet");
+
+        let mut connection = pg.acquire().await.expect("a connection");
+        complete_leaves_and_claim(&mut connection, &batch, 30_000, T0 + 1).await.expect("ok").expect("taken");
+
+        let rows = committed(pg, &batch, T0 + 1).await.expect("read").expect("the call committed");
+        let outcome = outcome(rows, &batch, T0 + 1).expect("an outcome");
+        assert_eq!(outcome.reports, [Report::Succeeded], "answered as the call would have");
+        assert!(committed(pg, &batch, T0 + 2).await.expect("read").is_none(), "another instant: not this call");
     }
 
     #[sqlx::test(migrations = false)]
