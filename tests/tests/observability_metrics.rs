@@ -45,6 +45,19 @@ async fn scrape(app: &HttpApp) -> Scrape {
     Scrape(samples)
 }
 
+/// Scrapes until `sample` reaches `expected` or [`LIMIT`] passes, and returns the last scrape: the writer counts
+/// a batch's calls after answering it, so a run seen finished may not be counted yet.
+async fn scrape_until(app: &HttpApp, sample: &str, expected: f64) -> Scrape {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let scraped = scrape(app).await;
+        if scraped.get(sample) >= expected || tokio::time::Instant::now() >= deadline {
+            return scraped;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_follow_a_run_from_queued_to_succeeded() {
     // Arrange: an orchestrator with no worker yet.
@@ -124,7 +137,8 @@ async fn a_chain_and_leaves_on_postgresql_count_their_batches_written_in_one_cal
     let run_id = app.submit(plan).await;
     let run = app.wait_run(&run_id, "the run finished", LIMIT, |run| run["status"] == "succeeded").await;
     assert_eq!(run["status"], "succeeded", "worker log:\n{}", worker.log());
-    let after = scrape(&app).await;
+    let leaf_committed = "cairn_one_call_completions_total{outcome=\"committed\",path=\"leaves\"}";
+    let after = scrape_until(&app, leaf_committed, 1.0).await;
 
     // Assert: a → b and b → c were each one call, and c's completion (a leaf, which ends the run) a leaf call.
     // The gRPC handler queues a completion and its claim as one operation, so the writer always has them in one
@@ -135,7 +149,6 @@ async fn a_chain_and_leaves_on_postgresql_count_their_batches_written_in_one_cal
     assert_eq!(committed, 2.0, "calls committed; worker log:\n{}", worker.log());
     assert_eq!(chain("fell_back"), 0.0, "no call was wasted");
     assert_eq!(chain("unknown"), 0.0);
-    let leaf_committed = "cairn_one_call_completions_total{outcome=\"committed\",path=\"leaves\"}";
     assert_eq!(after.get(leaf_committed), 1.0, "c's completion; worker log:\n{}", worker.log());
 
     // Act: three independent steps, each a leaf whose completion rides with the claim of the next.
@@ -146,7 +159,7 @@ async fn a_chain_and_leaves_on_postgresql_count_their_batches_written_in_one_cal
     let run_id = app.submit(plan).await;
     let run = app.wait_run(&run_id, "the run finished", LIMIT, |run| run["status"] == "succeeded").await;
     assert_eq!(run["status"], "succeeded", "worker log:\n{}", worker.log());
-    let after = scrape(&app).await;
+    let after = scrape_until(&app, leaf_committed, 4.0).await;
 
     // Assert: the completions of x and y each went with the claim of the next in one call, and z's (which ends
     // the run, its claim finding nothing) too: three more.

@@ -4,7 +4,8 @@
 //! The general path for that batch is `BEGIN`, the success statement, the claim, `COMMIT`: four round trips to
 //! the server, each a wake-up of both processes. When the completed step has one dependent that the success
 //! makes ready with nothing to decide in Rust, the PL/pgSQL function `cairn_complete_and_claim` (migration
-//! `0004_complete_and_claim.sql`) does all of it in one call outside any transaction block, so the call is
+//! `0004_complete_and_claim.sql`, replaced by `0006_chain_call_child_count.sql` to return the dependent's
+//! `child_count` too) does all of it in one call outside any transaction block, so the call is
 //! its own transaction and commits before it returns: the same rows and the same events in the same order as
 //! the general path, and the same "finished and released in one transaction" (contract §6). In every other
 //! case the function raises SQLSTATE `CRN01`, which rolls the call back whole, and the writer takes the general

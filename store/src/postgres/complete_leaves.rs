@@ -148,8 +148,8 @@ pub(crate) async fn complete_leaves_and_claim(
 
 /// Whether a call for `batch` at `now` committed, read on a fresh connection from `pool` after the call's
 /// connection was lost: the successes as the call would have returned them if any lease of the batch is found
-/// succeeded at `now` (the call's own write: a lease is completed by one writer, and at one instant), `None` if
-/// none is. What the call leased cannot be told from what an earlier batch leased to the same worker in the same
+/// succeeded at `now` (the call's own write, assuming no other orchestrator completed a lease of the batch at the
+/// same millisecond: a worker reports to the orchestrator that handed out its lease), `None` if none is. What the call leased cannot be told from what an earlier batch leased to the same worker in the same
 /// millisecond, so after a committed call the claims are answered with nothing and those steps come back by lease
 /// expiry. `None` also when the call committed with no current lease (every report stale), in which case its
 /// claims' steps come back the same way; and a server process that still runs the call after losing its client (a
@@ -348,18 +348,31 @@ mod tests {
     #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
     async fn after_a_lost_connection_the_read_back_finds_the_call_only_if_it_committed(pool: PgPool) {
         let (store, leases) = leased(pool, json!([noop("a", &[], json!({})), noop("b", &[], json!({}))])).await;
+        submit(&store, "r2", json!([noop("c", &[], json!({}))]), T0).await;
         let Store::Postgres(pg) = &store else { unreachable!("a PostgreSQL store") };
-        let items = [ReportItem { lease: leases[0].clone(), kind: ReportKind::Complete(json!({})) }];
-        let batch = LeafBatch::of(&items, &[], LIMITS, |_| true).expect("a leaf batch's shape");
+        let stale = Lease { attempt: 2, ..leases[1].clone() };
+        let items: Vec<ReportItem> = [&leases[0], &stale]
+            .iter()
+            .map(|l| ReportItem { lease: (*l).clone(), kind: ReportKind::Complete(json!({})) })
+            .collect();
+        let claims = [ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: 0 }];
+        let batch = LeafBatch::of(&items, &claims, LIMITS, |_| true).expect("a leaf batch's shape");
         assert!(committed(pg, &batch, T0 + 1).await.expect("read").is_none(), "nothing committed yet");
 
         let mut connection = pg.acquire().await.expect("a connection");
-        complete_leaves_and_claim(&mut connection, &batch, 30_000, T0 + 1).await.expect("ok").expect("taken");
+        let rows = complete_leaves_and_claim(&mut connection, &batch, 30_000, T0 + 1).await.expect("ok");
+        assert_eq!(outcome(rows.expect("taken"), &batch, T0 + 1).expect("an outcome").claimed[0].len(), 1);
 
         let rows = committed(pg, &batch, T0 + 1).await.expect("read").expect("the call committed");
-        let outcome = outcome(rows, &batch, T0 + 1).expect("an outcome");
-        assert_eq!(outcome.reports, [Report::Succeeded], "answered as the call would have");
+        let read = outcome(rows, &batch, T0 + 1).expect("an outcome");
+        assert_eq!(read.reports, [Report::Succeeded, Report::Stale], "answered as the call would have");
+        assert_eq!(read.claimed, [Vec::new()], "what the call leased is not known: nothing is handed out");
         assert!(committed(pg, &batch, T0 + 2).await.expect("read").is_none(), "another instant: not this call");
+        sqlx::query("UPDATE steps SET status = 'failed' WHERE run_id = 'r1' AND step_id = 'a'")
+            .execute(pg)
+            .await
+            .expect("updated");
+        assert!(committed(pg, &batch, T0 + 1).await.expect("read").is_none(), "only a succeeded step counts");
     }
 
     #[sqlx::test(migrations = false)]
