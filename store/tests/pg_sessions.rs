@@ -2,7 +2,11 @@
 //! transaction (`store/src/postgres.rs`), and the batch writer keeps its connection between batches
 //! (`store/src/writer.rs`), so a write transaction whose connection was closed by the server must begin again on
 //! another one instead of failing; so must a chain step or a leaf batch whose one call (`cairn_complete_and_claim`,
-//! `cairn_complete_leaves_and_claim`) meets a closed connection.
+//! `cairn_complete_leaves_and_claim`) meets a closed connection; and a leaf call whose answer is lost after it
+//! committed is answered from what it wrote.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cairn_store::{ClaimRequest, NewRun, Report, ReportItem, ReportKind, ReportLimits, Store};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -168,4 +172,119 @@ async fn a_leaf_batch_whose_call_meets_a_closed_connection_goes_through_the_gene
     assert_eq!((kinds("step_succeeded"), kinds("step_started")), (1, 2), "written once: {events:?}");
     let tried = writer.leaf_call_counts();
     assert_eq!((tried.committed, tried.fell_back), (0, 1), "the call met the closed connection and wrote nothing");
+}
+
+/// A TCP proxy to PostgreSQL that, once armed (the returned flag), forwards the next statement naming
+/// `cairn_complete_leaves_and_claim` and its execution, then closes the client's socket as soon as the server
+/// answers the execution, without passing the answer on: the call has committed (it is its own transaction) and the client sees a lost
+/// connection. Returns the proxy's port and the flag (unarmed: the migrations name the function too).
+async fn proxy_losing_the_leaf_calls_answer(server: std::net::SocketAddr) -> (u16, Arc<AtomicBool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    let armed = Arc::new(AtomicBool::new(false));
+    let arm = armed.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(upstream) = tokio::net::TcpStream::connect(server).await else { continue };
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = upstream.into_split();
+            let doomed = Arc::new(AtomicBool::new(false));
+            let (armed, doomed_up) = (armed.clone(), doomed.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0_u8; 64 * 1024];
+                // sqlx prepares a statement (`Parse`, `Describe`, `Sync`) in one write and runs it (`Bind`,
+                // `Execute`, `Sync`) in the next: the call runs with the write after the one naming it.
+                let mut prepared = false;
+                while let Ok(n) = client_read.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    if prepared {
+                        prepared = false;
+                        doomed_up.store(true, Ordering::SeqCst);
+                    }
+                    let call = buf[..n].windows(31).any(|w| w == b"cairn_complete_leaves_and_claim");
+                    if call && armed.swap(false, Ordering::SeqCst) {
+                        prepared = true;
+                    }
+                    if server_write.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0_u8; 64 * 1024];
+                while let Ok(n) = server_read.read(&mut buf).await {
+                    // The server answered the doomed call: it committed. Drop both sockets unanswered.
+                    if n == 0 || doomed.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    if client_write.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (port, arm)
+}
+
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn a_leaf_call_that_committed_before_its_answer_was_lost_is_answered_from_the_read_back(
+    _pool: PgPoolOptions,
+    options: PgConnectOptions,
+) {
+    let database = options.get_database().expect("sqlx::test names the database").to_owned();
+    let server = tokio::net::lookup_host((options.get_host(), options.get_port()))
+        .await
+        .expect("the server resolves")
+        .next()
+        .expect("an address");
+    let (port, armed) = proxy_losing_the_leaf_calls_answer(server).await;
+    let url = format!("postgres://{}@127.0.0.1:{port}/{database}", options.get_username());
+    let store = Store::connect(&url).await.expect("the store connects through the proxy");
+    store.migrate().await.expect("migrations apply");
+    let doc = serde_json::json!({"steps": [
+        {"id": "a", "action": "noop", "args": {}},
+        {"id": "b", "action": "noop", "args": {}},
+    ]});
+    let limits = cairn_core::validate::Limits::default();
+    let plan = cairn_core::validate::validate_value(&doc, &cairn_core::catalog::StaticCatalog::builtin(), &limits)
+        .plan
+        .expect("the plan validates");
+    let run = NewRun {
+        run_id: "r1".into(),
+        plan,
+        input: serde_json::json!({}),
+        idempotency_key: None,
+        timers: vec![],
+        now_ms: 1,
+    };
+    store.create_run(&run).await.expect("created");
+    let mut writer = store.batch_writer();
+    let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: 1 };
+    let limits = ReportLimits { max_output_bytes: 1024 };
+    let nobody = |_: usize| Vec::new();
+    let first = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 1, &nobody).await;
+    let first = first.expect("a root is claimed").claimed[0][0].clone();
+    armed.store(true, Ordering::SeqCst);
+
+    let done = ReportItem { lease: first.lease.clone(), kind: ReportKind::Complete(serde_json::json!({"ok": true})) };
+    let after = writer.report_batch(&[done], std::slice::from_ref(&request), limits, 30_000, 2, &nobody).await;
+
+    assert!(!armed.load(Ordering::SeqCst), "the proxy lost the call's answer");
+    let outcome = after.expect("the batch is answered from the read-back");
+    assert_eq!(outcome.reports, [Report::Succeeded], "the completion committed: not answered stale");
+    assert_eq!(outcome.claimed, [Vec::new()], "what the call leased is not known, so nothing is handed out");
+    let tried = writer.leaf_call_counts();
+    assert_eq!((tried.committed, tried.fell_back, tried.unknown), (1, 0, 0), "counted as the call that committed");
+    let steps = store.steps("r1").await.expect("steps");
+    let status: Vec<(&str, &str)> = steps.iter().map(|s| (s.id.as_str(), s.status.as_str())).collect();
+    assert_eq!(status, [("a", "succeeded"), ("b", "running")], "the call's writes, once: b waits for lease expiry");
+    let events = store.events("r1", 0, 100).await.expect("events");
+    let kinds = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+    assert_eq!((kinds("step_succeeded"), kinds("step_started")), (1, 2), "written once: {events:?}");
 }
