@@ -341,14 +341,24 @@ impl DialectTx for Transaction<'_, Postgres> {
 /// ended the session) fails at `BEGIN`, before anything of the transaction was applied, so `BEGIN` is tried
 /// again on another connection (sqlx drops the broken one), up to once per pooled connection.
 pub(crate) async fn begin(pool: &PgPool) -> StoreResult<Transaction<'static, Postgres>> {
+    Ok(on_a_live_connection(|| pool.begin_with(BEGIN)).await?)
+}
+
+/// Runs `attempt` (something that takes a pooled connection and sends one statement) again while it fails because
+/// the connection it took was closed, up to once per pooled connection: after a database restart or ended
+/// sessions the pool still holds dead connections, which sqlx drops as each one fails. Only for work that a
+/// closed connection cannot have half applied (a `BEGIN`, a read).
+pub(crate) async fn on_a_live_connection<T, F: Future<Output = Result<T, sqlx::Error>>>(
+    mut attempt: impl FnMut() -> F,
+) -> Result<T, sqlx::Error> {
     let mut tries = 0;
     loop {
         tries += 1;
-        match pool.begin_with(BEGIN).await {
+        match attempt().await {
             Err(e) if tries <= MAX_CONNECTIONS && lost_connection(&e) => {
-                tracing::debug!(error = %e, tries, "a pooled connection was closed; beginning on another");
+                tracing::debug!(error = %e, tries, "a pooled connection was closed; trying another");
             }
-            other => return Ok(other?),
+            other => return other,
         }
     }
 }

@@ -23,7 +23,6 @@ use crate::flow::finish::ReportLimits;
 use crate::model::{BatchOutcome, ClaimRequest, Lease, ReportItem};
 use crate::postgres::complete_and_claim::{Candidate, committed, complete_and_claim, outcome};
 use crate::postgres::complete_leaves::{self, LeafBatch, complete_leaves_and_claim};
-use crate::rows::ClaimedRow;
 use crate::{Store, conflict_pause, postgres, tx};
 
 /// Writes batches for one task, holding its PostgreSQL connection between them (see the module docs). Made by
@@ -40,7 +39,7 @@ pub struct BatchWriter {
     /// their completions are worth trying in one call (`cairn_complete_leaves_and_claim`). Each is forgotten
     /// when reported.
     leaves: HashSet<Lease>,
-    /// Leaf batches still to send the general way before trying the leaf call again, after it fell back.
+    /// Batches still to send the general way before trying the leaf call again, after it fell back.
     leaf_pause: u32,
     one_call: OneCallCounts,
     leaf_call: OneCallCounts,
@@ -110,29 +109,39 @@ impl BatchWriter {
             successors.get(lease).is_some_and(|action| claim.actions.contains(action))
         });
         // Leaf completions with their claims, when no chain step is: after a fallback (a leased step with a
-        // placeholder, a run ending), the next few such batches go the general way without asking.
-        let leaves = &self.leaves;
-        let leaf_batch = candidate
-            .is_none()
-            .then(|| LeafBatch::of(items, claims, limits, |lease| leaves.contains(lease)))
-            .flatten()
-            .filter(|_| {
-                let paused = self.leaf_pause > 0;
-                self.leaf_pause = self.leaf_pause.saturating_sub(1);
-                !paused
-            });
+        // placeholder, a run ending), the next batches go the general way without asking, or even looking.
+        let leaf_batch = if candidate.is_some() {
+            None
+        } else if self.leaf_pause > 0 {
+            self.leaf_pause -= 1;
+            None
+        } else {
+            LeafBatch::of(items, claims, limits, |lease| self.leaves.contains(lease))
+        };
         for item in items {
             self.successors.remove(&item.lease);
             self.leaves.remove(&item.lease);
         }
         let in_one = match (candidate, leaf_batch) {
             (Some(candidate), _) => {
-                let tried = in_one_call(&mut self.held, pool, &candidate, lease_ttl_ms, now_ms).await;
+                let tried = one_call(
+                    &mut self.held,
+                    pool,
+                    async |connection| complete_and_claim(connection, &candidate, lease_ttl_ms, now_ms).await,
+                    async || committed(pool, &candidate, now_ms).await,
+                )
+                .await;
                 self.one_call.count(&tried);
                 tried.outcome(|row| outcome(row, &candidate, now_ms))
             }
             (None, Some(batch)) => {
-                let tried = leaves_in_one_call(&mut self.held, pool, &batch, lease_ttl_ms, now_ms).await;
+                let tried = one_call(
+                    &mut self.held,
+                    pool,
+                    async |connection| complete_leaves_and_claim(connection, &batch, lease_ttl_ms, now_ms).await,
+                    async || complete_leaves::committed(pool, &batch, now_ms).await,
+                )
+                .await;
                 self.leaf_call.count(&tried);
                 if matches!(tried, OneCall::FellBack) {
                     self.leaf_pause = LEAF_PAUSE_BATCHES;
@@ -199,9 +208,9 @@ impl BatchWriter {
 /// Most leases [`BatchWriter`] remembers as worth a one-call completion, per kind (about 150 bytes each).
 const MAX_REMEMBERED: usize = 65_536;
 
-/// Leaf batches sent the general way after the leaf call fell back, before it is tried again: a workload whose
-/// leaf batches always fall back (leased steps with placeholders, say) then pays at most one wasted round trip in
-/// this many batches.
+/// Batches sent the general way after the leaf call fell back, before it is tried again: a workload whose leaf
+/// batches always fall back (leased steps with placeholders, say) then pays at most one wasted round trip in this
+/// many batches.
 const LEAF_PAUSE_BATCHES: u32 = 32;
 
 /// The general path: the batch's transaction on the held connection, retried as [`BatchWriter::report_batch`]
@@ -283,80 +292,38 @@ async fn held_connection<'c>(
     }
 }
 
-/// A batch of one completion and the claim riding on it, in one call ([`complete_and_claim`]) on the held
-/// connection (taken from `pool` when none is).
+/// A batch in one `call` on the held connection (taken from `pool` when none is): the chain call
+/// ([`complete_and_claim`]) or the leaf call ([`complete_leaves_and_claim`]), each `Ok(None)` when the function
+/// left the batch to the general path.
 ///
-/// After an error the connection is dropped. When the connection was lost during the call, the call may have
-/// committed before the answer was lost: a fresh connection then reads whether it did ([`committed`]), and the
-/// batch is answered as the call would have answered it, so the completion is not answered "stale" and the
-/// dependent it leased is handed out rather than left to lease expiry (where a non-idempotent step would be
-/// parked as `outcome_unknown` though it never started). Any other error rolled the call back.
-async fn in_one_call(
+/// After an error the connection is dropped; an error other than a lost connection rolled the call back. When
+/// the connection was lost during the call, the call may have committed before its answer was lost, so
+/// `read_back` reads on a fresh connection what it committed ([`committed`], [`complete_leaves::committed`]):
+/// the batch is then answered from that, or goes the general way if nothing was found (the usual case: the
+/// connection was already closed when the call was sent, after a database restart or a terminated session).
+/// For the chain call this also hands out the dependent the call leased rather than leaving it to lease expiry
+/// (where a non-idempotent step would be parked as `outcome_unknown` though it never started); the leaf call's
+/// read-back answers the claims with nothing (see [`complete_leaves::committed`]).
+async fn one_call<T>(
     held: &mut Option<PoolConnection<Postgres>>,
     pool: &PgPool,
-    candidate: &Candidate<'_>,
-    lease_ttl_ms: i64,
-    now_ms: i64,
-) -> OneCall<ClaimedRow> {
+    call: impl AsyncFnOnce(&mut sqlx::PgConnection) -> Result<Option<T>, sqlx::Error>,
+    read_back: impl AsyncFnOnce() -> Result<Option<T>, sqlx::Error>,
+) -> OneCall<T> {
     let Some(connection) = held_connection(held, pool).await else { return OneCall::NotTried };
-    let result = complete_and_claim(connection, candidate, lease_ttl_ms, now_ms).await;
-    let lost = match settle(held, result) {
-        Ok(tried) => return tried,
-        Err(lost) => lost,
+    let error = match call(connection).await {
+        Ok(Some(value)) => return OneCall::Committed(value),
+        Ok(None) => return OneCall::FellBack,
+        Err(e) => e,
     };
-    tracing::debug!(error = %lost, "the connection was lost during a one-call completion; reading what committed");
-    match committed(pool, candidate, now_ms).await {
-        Ok(Some(row)) => OneCall::Committed(row),
-        Ok(None) => OneCall::FellBack,
-        Err(e) => OneCall::Unknown(e.into()),
+    discard(held);
+    if !postgres::lost_connection(&error) {
+        tracing::debug!(error = %error, "a one-call batch failed; taking the general path");
+        return OneCall::FellBack;
     }
-}
-
-/// What a call's `result` says: `Err` (the connection was lost, so what committed is unknown) for the caller to
-/// decide. After any error the held connection is dropped; an error other than a lost connection rolled the call
-/// back, so the general path runs.
-fn settle<T>(
-    held: &mut Option<PoolConnection<Postgres>>,
-    result: Result<Option<T>, sqlx::Error>,
-) -> Result<OneCall<T>, sqlx::Error> {
-    match result {
-        Ok(Some(value)) => Ok(OneCall::Committed(value)),
-        Ok(None) => Ok(OneCall::FellBack),
-        Err(e) => {
-            discard(held);
-            if postgres::lost_connection(&e) {
-                return Err(e);
-            }
-            tracing::debug!(error = %e, "a one-call batch failed; taking the general path");
-            Ok(OneCall::FellBack)
-        }
-    }
-}
-
-/// A batch of leaf completions and the claims riding on them, in one call ([`complete_leaves_and_claim`]) on the
-/// held connection (taken from `pool` when none is).
-///
-/// After an error the connection is dropped. When the connection was lost during the call, a fresh connection
-/// reads whether the call committed ([`complete_leaves::committed`]): if not (the usual case: the connection was
-/// already closed when the call was sent), the general path writes the batch; if so, the reports are answered as
-/// the call would have answered them and the claims with nothing (the steps the call leased come back by lease
-/// expiry, as after a `COMMIT` lost on the general path). Any other error rolled the call back.
-async fn leaves_in_one_call(
-    held: &mut Option<PoolConnection<Postgres>>,
-    pool: &PgPool,
-    batch: &LeafBatch<'_>,
-    lease_ttl_ms: i64,
-    now_ms: i64,
-) -> OneCall<Vec<complete_leaves::CallRow>> {
-    let Some(connection) = held_connection(held, pool).await else { return OneCall::NotTried };
-    let result = complete_leaves_and_claim(connection, batch, lease_ttl_ms, now_ms).await;
-    let lost = match settle(held, result) {
-        Ok(tried) => return tried,
-        Err(lost) => lost,
-    };
-    tracing::debug!(error = %lost, "the connection was lost during a leaf call; reading what committed");
-    match complete_leaves::committed(pool, batch, now_ms).await {
-        Ok(Some(rows)) => OneCall::Committed(rows),
+    tracing::debug!(error = %error, "the connection was lost during a one-call batch; reading what committed");
+    match read_back().await {
+        Ok(Some(value)) => OneCall::Committed(value),
         Ok(None) => OneCall::FellBack,
         Err(e) => OneCall::Unknown(e.into()),
     }

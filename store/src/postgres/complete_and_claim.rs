@@ -113,17 +113,8 @@ pub(crate) async fn committed(
     now: i64,
 ) -> Result<Option<ClaimedRow>, sqlx::Error> {
     let Candidate { lease, .. } = candidate;
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        let read = leased_by(COMMITTED, lease).bind(now).fetch_optional(pool).await;
-        match read {
-            // The pool's other connections may have died with the call's (a database restart): try another, as
-            // `postgres::begin` does.
-            Err(e) if tries <= super::MAX_CONNECTIONS && super::lost_connection(&e) => {}
-            other => return other,
-        }
-    }
+    // The pool's other connections may have died with the call's (a database restart).
+    super::on_a_live_connection(|| leased_by(COMMITTED, lease).bind(now).fetch_optional(pool)).await
 }
 
 /// The read of [`committed`]. Index: `steps` PK, `step_edges` PK.

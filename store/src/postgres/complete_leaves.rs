@@ -168,25 +168,17 @@ pub(crate) async fn committed(
     let runs: Vec<&str> = batch.leases.iter().map(|l| l.run_id.as_str()).collect();
     let steps: Vec<&str> = batch.leases.iter().map(|l| l.step_id.as_str()).collect();
     let attempts: Vec<i64> = batch.leases.iter().map(|l| i64::from(l.attempt)).collect();
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        let read = sqlx::query_as::<Postgres, CallRow>(COMMITTED)
+    // The pool's other connections may have died with the call's (a database restart).
+    let read = || {
+        sqlx::query_as::<Postgres, CallRow>(COMMITTED)
             .bind(&runs)
             .bind(&steps)
             .bind(&attempts)
             .bind(now)
             .fetch_all(pool)
-            .await;
-        match read {
-            // The pool's other connections may have died with the call's (a database restart): try another, as
-            // `postgres::begin` does.
-            Err(e) if tries <= super::MAX_CONNECTIONS && super::lost_connection(&e) => {}
-            Err(e) => return Err(e),
-            Ok(rows) if rows.is_empty() => return Ok(None),
-            Ok(rows) => return Ok(Some(rows)),
-        }
-    }
+    };
+    let rows = super::on_a_live_connection(read).await?;
+    Ok((!rows.is_empty()).then_some(rows))
 }
 
 /// The read of [`committed`], shaped as the call's success rows. Index: `steps` PK.
