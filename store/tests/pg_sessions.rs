@@ -8,7 +8,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cairn_store::{ClaimRequest, NewRun, Report, ReportItem, ReportKind, ReportLimits, Store};
+use cairn_store::{
+    BatchOutcome, BatchWriter, ClaimRequest, NewRun, Report, ReportItem, ReportKind, ReportLimits, Store, StoreResult,
+};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
@@ -30,6 +32,35 @@ async fn end_every_session(admin: &mut PgConnection, database: &str) -> i64 {
     .fetch_one(admin)
     .await
     .expect("sessions ended")
+}
+
+/// Creates run `r1` at time 1: two `noop` roots `a` and `b`, or, with `chain`, `a` → `b`.
+async fn create_r1(store: &Store, chain: bool) {
+    let depends_on: &[&str] = if chain { &["a"] } else { &[] };
+    let doc = serde_json::json!({"steps": [
+        {"id": "a", "action": "noop", "args": {}},
+        {"id": "b", "action": "noop", "args": {}, "depends_on": depends_on},
+    ]});
+    let limits = cairn_core::validate::Limits::default();
+    let plan = cairn_core::validate::validate_value(&doc, &cairn_core::catalog::StaticCatalog::builtin(), &limits)
+        .plan
+        .expect("the plan validates");
+    let run = NewRun {
+        run_id: "r1".into(),
+        plan,
+        input: serde_json::json!({}),
+        idempotency_key: None,
+        timers: vec![],
+        now_ms: 1,
+    };
+    store.create_run(&run).await.expect("created");
+}
+
+/// One batch through `writer` at `now`: `items` and a claim by `w1` for one `noop` step.
+async fn batch(writer: &mut BatchWriter, items: &[ReportItem], now: i64) -> StoreResult<BatchOutcome> {
+    let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: now };
+    let nobody = |_: usize| Vec::new();
+    writer.report_batch(items, &[request], ReportLimits { max_output_bytes: 1024 }, 30_000, now, &nobody).await
 }
 
 #[sqlx::test(migrations = false)]
@@ -60,17 +91,14 @@ async fn the_batch_writer_begins_on_a_fresh_connection_after_the_server_ended_it
 ) {
     let (store, database) = store_on(&options).await;
     let mut writer = store.batch_writer();
-    let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 4, now_ms: 1 };
-    let limits = ReportLimits { max_output_bytes: 1024 };
-    let nobody = |_: usize| Vec::new();
-    let before = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 1, &nobody).await;
+    let before = batch(&mut writer, &[], 1).await;
     assert!(before.is_ok(), "a batch before: {before:?}");
     let mut admin = options.connect().await.expect("a separate session");
     let ended = end_every_session(&mut admin, &database).await;
     assert!(ended >= 1, "every session was ended, the writer's among them ({ended})");
     admin.close().await.expect("closed");
 
-    let after = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 2, &nobody).await;
+    let after = batch(&mut writer, &[], 2).await;
 
     let claimed = after.expect("the batch began again on a new connection").claimed;
     assert_eq!(claimed.len(), 1, "one answer for the one claim");
@@ -84,28 +112,9 @@ async fn a_chain_step_whose_one_call_meets_a_closed_connection_goes_through_the_
     options: PgConnectOptions,
 ) {
     let (store, database) = store_on(&options).await;
-    let doc = serde_json::json!({"steps": [
-        {"id": "a", "action": "noop", "args": {}},
-        {"id": "b", "action": "noop", "args": {}, "depends_on": ["a"]},
-    ]});
-    let limits = cairn_core::validate::Limits::default();
-    let plan = cairn_core::validate::validate_value(&doc, &cairn_core::catalog::StaticCatalog::builtin(), &limits)
-        .plan
-        .expect("the plan validates");
-    let run = NewRun {
-        run_id: "r1".into(),
-        plan,
-        input: serde_json::json!({}),
-        idempotency_key: None,
-        timers: vec![],
-        now_ms: 1,
-    };
-    store.create_run(&run).await.expect("created");
+    create_r1(&store, true).await;
     let mut writer = store.batch_writer();
-    let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: 1 };
-    let limits = ReportLimits { max_output_bytes: 1024 };
-    let nobody = |_: usize| Vec::new();
-    let first = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 1, &nobody).await;
+    let first = batch(&mut writer, &[], 1).await;
     let a = first.expect("a is claimed").claimed[0][0].clone();
     assert_eq!(a.successor_action.as_deref(), Some("noop"), "a's completion would be tried in one call");
     let mut admin = options.connect().await.expect("a separate session");
@@ -113,7 +122,7 @@ async fn a_chain_step_whose_one_call_meets_a_closed_connection_goes_through_the_
     admin.close().await.expect("closed");
 
     let done = ReportItem { lease: a.lease.clone(), kind: ReportKind::Complete(serde_json::json!({"ok": true})) };
-    let after = writer.report_batch(&[done], std::slice::from_ref(&request), limits, 30_000, 2, &nobody).await;
+    let after = batch(&mut writer, &[done], 2).await;
 
     let outcome = after.expect("the completion went through on a new connection");
     assert_eq!(outcome.reports, [Report::Succeeded]);
@@ -133,28 +142,9 @@ async fn a_leaf_batch_whose_call_meets_a_closed_connection_goes_through_the_gene
     options: PgConnectOptions,
 ) {
     let (store, database) = store_on(&options).await;
-    let doc = serde_json::json!({"steps": [
-        {"id": "a", "action": "noop", "args": {}},
-        {"id": "b", "action": "noop", "args": {}},
-    ]});
-    let limits = cairn_core::validate::Limits::default();
-    let plan = cairn_core::validate::validate_value(&doc, &cairn_core::catalog::StaticCatalog::builtin(), &limits)
-        .plan
-        .expect("the plan validates");
-    let run = NewRun {
-        run_id: "r1".into(),
-        plan,
-        input: serde_json::json!({}),
-        idempotency_key: None,
-        timers: vec![],
-        now_ms: 1,
-    };
-    store.create_run(&run).await.expect("created");
+    create_r1(&store, false).await;
     let mut writer = store.batch_writer();
-    let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: 1 };
-    let limits = ReportLimits { max_output_bytes: 1024 };
-    let nobody = |_: usize| Vec::new();
-    let first = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 1, &nobody).await;
+    let first = batch(&mut writer, &[], 1).await;
     let first = first.expect("a root is claimed").claimed[0][0].clone();
     assert!(first.leaf, "its completion would be tried in the leaf call");
     let mut admin = options.connect().await.expect("a separate session");
@@ -162,7 +152,7 @@ async fn a_leaf_batch_whose_call_meets_a_closed_connection_goes_through_the_gene
     admin.close().await.expect("closed");
 
     let done = ReportItem { lease: first.lease.clone(), kind: ReportKind::Complete(serde_json::json!({"ok": true})) };
-    let after = writer.report_batch(&[done], std::slice::from_ref(&request), limits, 30_000, 2, &nobody).await;
+    let after = batch(&mut writer, &[done], 2).await;
 
     let outcome = after.expect("the completion went through on a new connection");
     assert_eq!(outcome.reports, [Report::Succeeded]);
@@ -176,8 +166,8 @@ async fn a_leaf_batch_whose_call_meets_a_closed_connection_goes_through_the_gene
 
 /// A TCP proxy to PostgreSQL that, once armed (the returned flag), forwards the next statement naming
 /// `cairn_complete_leaves_and_claim` and its execution, then closes the client's socket as soon as the server
-/// answers the execution, without passing the answer on: the call has committed (it is its own transaction) and the client sees a lost
-/// connection. Returns the proxy's port and the flag (unarmed: the migrations name the function too).
+/// answers the execution, without passing the answer on: the call has committed (it is its own transaction) and
+/// the client sees a lost connection. Returns the proxy's port and the flag (unarmed: the migrations name the function too).
 async fn proxy_losing_the_leaf_calls_answer(server: std::net::SocketAddr) -> (u16, Arc<AtomicBool>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -247,33 +237,14 @@ async fn a_leaf_call_that_committed_before_its_answer_was_lost_is_answered_from_
     let url = format!("postgres://{}@127.0.0.1:{port}/{database}", options.get_username());
     let store = Store::connect(&url).await.expect("the store connects through the proxy");
     store.migrate().await.expect("migrations apply");
-    let doc = serde_json::json!({"steps": [
-        {"id": "a", "action": "noop", "args": {}},
-        {"id": "b", "action": "noop", "args": {}},
-    ]});
-    let limits = cairn_core::validate::Limits::default();
-    let plan = cairn_core::validate::validate_value(&doc, &cairn_core::catalog::StaticCatalog::builtin(), &limits)
-        .plan
-        .expect("the plan validates");
-    let run = NewRun {
-        run_id: "r1".into(),
-        plan,
-        input: serde_json::json!({}),
-        idempotency_key: None,
-        timers: vec![],
-        now_ms: 1,
-    };
-    store.create_run(&run).await.expect("created");
+    create_r1(&store, false).await;
     let mut writer = store.batch_writer();
-    let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: 1 };
-    let limits = ReportLimits { max_output_bytes: 1024 };
-    let nobody = |_: usize| Vec::new();
-    let first = writer.report_batch(&[], std::slice::from_ref(&request), limits, 30_000, 1, &nobody).await;
+    let first = batch(&mut writer, &[], 1).await;
     let first = first.expect("a root is claimed").claimed[0][0].clone();
     armed.store(true, Ordering::SeqCst);
 
     let done = ReportItem { lease: first.lease.clone(), kind: ReportKind::Complete(serde_json::json!({"ok": true})) };
-    let after = writer.report_batch(&[done], std::slice::from_ref(&request), limits, 30_000, 2, &nobody).await;
+    let after = batch(&mut writer, &[done], 2).await;
 
     assert!(!armed.load(Ordering::SeqCst), "the proxy lost the call's answer");
     let outcome = after.expect("the batch is answered from the read-back");
