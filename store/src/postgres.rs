@@ -21,9 +21,12 @@ impl_step_tx!(
     Postgres,
     release: (crate::sql::RELEASE_POSTGRES, <[&str]>::to_vec),
     events: events_insert,
-    run_insert: (crate::sql::PLAN_RUN_INSERT_POSTGRES, stores_plan: true)
+    run_insert: (crate::sql::PLAN_RUN_INSERT_POSTGRES, stores_plan: true),
+    // Not prepared: a named statement gets a generic plan after five runs, and one chosen while the runs table
+    // was small could scan it whole once it is large. The statements' own planning is cheap next to that risk.
+    lists_prepared: false
 );
-crate::runs_tx::impl_runs_tx!(Postgres);
+crate::runs_tx::impl_runs_tx!(Postgres, lists_prepared: false);
 
 pub(crate) mod complete_and_claim;
 pub(crate) mod complete_leaves;

@@ -26,9 +26,10 @@ pub(crate) trait RunsTx: Send {
     fn runs_succeed(&mut self, run_ids: &[&str], now: i64) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
 }
 
-/// Implements [`RunsTx`] for `sqlx::Transaction<'_, $db>`.
+/// Implements [`RunsTx`] for `sqlx::Transaction<'_, $db>`. `lists_prepared`: whether statements whose text
+/// varies with the number of runs are prepared and cached, one per count (see the dialects' invocations).
 macro_rules! impl_runs_tx {
-    ($db:ty) => {
+    ($db:ty, lists_prepared: $lists_prepared:expr) => {
         impl $crate::runs_tx::RunsTx for sqlx::Transaction<'_, $db> {
             async fn runs_close_steps(
                 &mut self,
@@ -46,10 +47,8 @@ macro_rules! impl_runs_tx {
                     q.push(
                         ") AS v WHERE runs.id = v.column1 RETURNING runs.id, runs.open_steps, runs.cancel_requested",
                     );
-                    // The text varies with the number of runs: not worth a prepared statement per count.
-                    closed.extend(
-                        q.build_query_as::<(String, i64, i64)>().persistent(false).fetch_all(&mut **self).await?,
-                    );
+                    let query = q.build_query_as::<(String, i64, i64)>().persistent($lists_prepared);
+                    closed.extend(query.fetch_all(&mut **self).await?);
                 }
                 Ok(closed)
             }
@@ -68,7 +67,7 @@ macro_rules! impl_runs_tx {
                         ids.push_bind(*run_id);
                     }
                     q.push(") ORDER BY run_id, position");
-                    let query = q.build_query_as::<(String, String, Option<String>)>().persistent(false);
+                    let query = q.build_query_as::<(String, String, Option<String>)>().persistent($lists_prepared);
                     failed.extend(query.fetch_all(&mut **self).await?);
                 }
                 Ok(failed)
@@ -89,7 +88,8 @@ macro_rules! impl_runs_tx {
                         ") AND NOT EXISTS (SELECT 1 FROM steps WHERE steps.run_id = runs.id \
                          AND steps.status = 'failed') RETURNING id",
                     );
-                    finished.extend(q.build_query_scalar::<String>().persistent(false).fetch_all(&mut **self).await?);
+                    let query = q.build_query_scalar::<String>().persistent($lists_prepared);
+                    finished.extend(query.fetch_all(&mut **self).await?);
                 }
                 Ok(finished)
             }

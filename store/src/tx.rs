@@ -184,9 +184,11 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
 
 /// Implements [`StepTx`] for `sqlx::Transaction<'_, $db>` with the shared SQL. Per dialect: the release
 /// statement and how its parents are bound, the events insert, and the run insert (`stores_plan`: whether that
-/// statement stores the plan too, taking its body as `$8`; otherwise [`crate::sql::PLAN_INSERT`] runs first).
+/// statement stores the plan too, taking its body as `$8`; otherwise [`crate::sql::PLAN_INSERT`] runs first),
+/// and `lists_prepared`: whether a statement whose text varies with the number of runs it names is prepared and
+/// cached, one per count.
 macro_rules! impl_step_tx {
-    ($db:ty, release: ($release_sql:expr, $release_parents:expr), events: $events:path, run_insert: ($run_sql:expr, stores_plan: $run_sql_stores_plan:expr)) => {
+    ($db:ty, release: ($release_sql:expr, $release_parents:expr), events: $events:path, run_insert: ($run_sql:expr, stores_plan: $run_sql_stores_plan:expr), lists_prepared: $lists_prepared:expr) => {
         impl $crate::tx::StepTx for sqlx::Transaction<'_, $db> {
             async fn run_by_key(&mut self, key: &str) -> $crate::error::StoreResult<Option<(String, String, String)>> {
                 Ok(sqlx::query_as::<$db, (String, String, String)>($crate::sql::RUN_BY_KEY)
@@ -282,7 +284,7 @@ macro_rules! impl_step_tx {
                         ids.push_bind(*run_id);
                     }
                     q.push(")");
-                    q.build().persistent(false).execute(&mut **self).await?;
+                    q.build().persistent($lists_prepared).execute(&mut **self).await?;
                 }
                 Ok(())
             }
