@@ -40,12 +40,16 @@ mod plans;
 /// and a reader paging by `id > cursor` (`GET /v1/runs/{id}/events`, its live stream, `cairn logs`) could move
 /// past an event still uncommitted and never see it; with it, a run's events become visible in id order. A row
 /// lock: other runs do not wait, and the foreign-key checks' `KEY SHARE` locks do not conflict with it.
+///
+/// The ids are gathered into an array first (`id = ANY (ARRAY(…))`), so every plan reads `runs` by key: written
+/// `id IN (…)`, a cached plan made while `runs` was small could join through all of `runs_pkey` instead (a merge
+/// join), every time, however large the table grew (`postgres/plans.rs` checks the plans).
 macro_rules! lock_runs {
     ($ids:literal) => {
         concat!(
-            "(SELECT count(*) AS runs_locked FROM (SELECT id FROM runs WHERE id IN (",
+            "(SELECT count(*) AS runs_locked FROM (SELECT id FROM runs WHERE id = ANY (ARRAY(",
             $ids,
-            ") ORDER BY id FOR NO KEY UPDATE) AS r) AS l"
+            ")) ORDER BY id FOR NO KEY UPDATE) AS r) AS l"
         )
     };
 }

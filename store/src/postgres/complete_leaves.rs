@@ -9,6 +9,10 @@
 //! own transaction, committed before it returns, writing the same rows and events in the same order. In every
 //! other case it raises SQLSTATE `CRN01`, which rolls the call back whole, and the writer takes the general path.
 //! Independent steps (`cairn bench throughput`) and single-step runs (`cairn bench dispatch`) are this case.
+//!
+//! The function joins only by key: migration `0007_leaf_call_joins_by_key.sql` turns merge and hash joins off
+//! for it (and nested loops on), because the writer's session caches the function's plans for its whole life,
+//! and a plan made while `runs` was small walked all of `runs_pkey` on every call once the table had grown.
 
 use sqlx::{PgConnection, Postgres};
 

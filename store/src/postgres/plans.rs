@@ -3,7 +3,7 @@
 //! its tables (see `crate::sql` on writing status checks as `IS TRUE`).
 
 use sqlx::pool::PoolConnection;
-use sqlx::{Connection, PgPool, Postgres};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
 use super::{BEGIN, CLAIM, SUCCEED};
 use crate::Store;
@@ -99,4 +99,112 @@ async fn the_completions_generic_plan_reads_by_key_whatever_the_statistics_say(p
     assert!(!indexes.is_empty(), "the plan reads indexes");
     let by_key = ["steps_pkey", "attempts_pkey", "step_edges_pkey", "runs_pkey"];
     assert!(indexes.iter().all(|i| by_key.contains(&i.as_str())), "every read is by key: {indexes:?}");
+}
+
+/// `n` runs `{prefix}1…{prefix}n` of plan `p` (which must exist), each `running` with one step `s` of
+/// `step_status`, due at the run's number.
+fn runs_with_a_step(prefix: &str, n: u32, step_status: &str) -> [String; 2] {
+    [
+        format!(
+            "INSERT INTO runs (id, plan_id, status, input, context, step_count, open_steps, created_at, updated_at) \
+             SELECT '{prefix}' || g, 'p', 'running', '{{}}', '{{}}', 1, 1, g, g FROM generate_series(1, {n}) AS g"
+        ),
+        format!(
+            "INSERT INTO steps (run_id, step_id, position, action, status, args, trigger_rule, idempotent, \
+             timeout_ms, retry, dep_count, pending_deps, attempt, available_at, updated_at, child_count) \
+             SELECT '{prefix}' || g, 's', 0, 'noop', '{step_status}', '{{}}', 'all_success', 1, 1000, '{{}}', 0, 0, \
+             0, g, 0, 0 FROM generate_series(1, {n}) AS g"
+        ),
+    ]
+}
+
+/// Entries of `runs_pkey` that index scans returned in the current transaction so far.
+async fn runs_pkey_entries_read(conn: &mut PgConnection) -> i64 {
+    sqlx::query_scalar("SELECT pg_stat_get_xact_tuples_returned('runs_pkey'::regclass)")
+        .fetch_one(conn)
+        .await
+        .expect("the transaction's index statistics")
+}
+
+/// 20,000 finished runs (`grown1…`) and two with a ready `noop` step (`zz1`, `zz2`, which sort after them), on a
+/// connection whose planner avoids nested loops: the plan a statement may get from statistics taken while
+/// `runs` was small (a merge join over all of `runs_pkey` was seen in `cairn bench dispatch`, made when a
+/// session's plans were cached early and kept while the table grew to 11,000 runs).
+async fn runs_and_a_planner_that_avoids_nested_loops(pool: &PgPool) -> PoolConnection<Postgres> {
+    Store::Postgres(pool.clone()).migrate().await.expect("migrations apply");
+    let [grown_runs, grown_steps] = runs_with_a_step("grown", 20_000, "succeeded");
+    let [ready_runs, ready_steps] = runs_with_a_step("zz", 2, "ready");
+    for sql in [STALE_RUNS[0].to_string(), grown_runs, grown_steps, ready_runs, ready_steps] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(pool).await.expect("setup");
+    }
+    let mut conn = pool.acquire().await.expect("a connection");
+    sqlx::raw_sql("SET enable_nestloop = off").execute(&mut *conn).await.expect("nested loops avoided");
+    conn
+}
+
+/// The general claim locks the runs of its events by key (`lock_runs!`), whatever join the planner prefers.
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn the_claim_locks_runs_by_key_whatever_join_the_planner_prefers(pool: PgPool) {
+    let mut conn = runs_and_a_planner_that_avoids_nested_loops(&pool).await;
+    let mut tx = conn.begin_with(BEGIN).await.expect("a write transaction");
+    let before = runs_pkey_entries_read(&mut tx).await;
+    let none: Vec<String> = Vec::new();
+    let leased = sqlx::query(CLAIM)
+        .bind("w")
+        .bind(10_000_i64)
+        .bind(30_000_i64)
+        .bind(vec!["noop"])
+        .bind(1_i64)
+        .bind(&none)
+        .bind(&none)
+        .bind(&none)
+        .bind(&none)
+        .bind(Vec::<i64>::new())
+        .fetch_all(&mut *tx)
+        .await
+        .expect("the claim runs");
+    let read = runs_pkey_entries_read(&mut tx).await - before;
+
+    assert_eq!(leased.len(), 1, "the claim leases zz1's step");
+    assert!(read < 100, "the claim read {read} entries of runs_pkey for one run: it walked the index");
+}
+
+/// One call of `cairn_complete_leaves_and_claim` for worker `w` and action `noop`, claiming one step: completes
+/// `done`'s step `s` (attempt 1) when given. Returns the number of rows (successes and leased steps).
+async fn leaf_call(conn: &mut PgConnection, done: Option<&str>) -> usize {
+    let runs: Vec<&str> = done.into_iter().collect();
+    let steps: Vec<&str> = runs.iter().map(|_| "s").collect();
+    let rows = sqlx::query("SELECT * FROM cairn_complete_leaves_and_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+        .bind(&runs)
+        .bind(steps.clone())
+        .bind(runs.iter().map(|_| 1_i64).collect::<Vec<_>>())
+        .bind(runs.iter().map(|_| "w").collect::<Vec<_>>())
+        .bind(runs.iter().map(|_| "{}").collect::<Vec<_>>())
+        .bind(10_000_i64)
+        .bind(vec!["w"])
+        .bind(vec![r#"["noop"]"#])
+        .bind(vec![1_i64])
+        .bind(30_000_i64)
+        .fetch_all(conn)
+        .await
+        .expect("the leaf call runs");
+    rows.len()
+}
+
+/// The leaf call joins its batch against `runs` by key (migration 0007), whatever join the planner prefers: a
+/// call that completes one leaf (ending its run) and leases one step reads a few entries of `runs_pkey`.
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn the_leaf_call_reads_runs_by_key_whatever_join_the_planner_prefers(pool: PgPool) {
+    let mut conn = runs_and_a_planner_that_avoids_nested_loops(&pool).await;
+    assert_eq!(leaf_call(&mut conn, None).await, 1, "the first call leases zz1's step");
+
+    let mut tx = conn.begin().await.expect("a transaction");
+    let before = runs_pkey_entries_read(&mut tx).await;
+    let rows = leaf_call(&mut tx, Some("zz1")).await;
+    let read = runs_pkey_entries_read(&mut tx).await - before;
+
+    assert_eq!(rows, 2, "zz1's step succeeded and zz2's was leased");
+    assert!(read < 100, "the call read {read} entries of runs_pkey for two runs: it walked the index");
 }
