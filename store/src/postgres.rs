@@ -248,7 +248,15 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
 /// tables were small, scanned `steps` whole and stayed so as they grew (several ms per release). With both off
 /// the planner takes an index whenever one applies (a statement no index serves still scans: the settings only
 /// make those plans look expensive), so the write statements can be prepared once per connection.
-const BEGIN: &str = "BEGIN; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off";
+///
+/// Joins are nested loops for the same reason (merge and hash joins off, nested loops on whatever the session
+/// says): every join in a write transaction is a batch of keys against a table's key, and a plan that hashed or
+/// merged instead read the whole index on every execution (the batch success, `SUCCEED_MANY`, read all 20,003
+/// entries of `steps_pkey` to succeed one step when the planner was steered away from nested loops, as a
+/// generic plan made while the tables were small can be; the leaf call's cached plan did so in
+/// `cairn bench dispatch`, migration 0007). `postgres/plans.rs` counts the entries such statements read.
+const BEGIN: &str = "BEGIN; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off; \
+     SET LOCAL enable_mergejoin = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_nestloop = on";
 
 /// Running steps with an expired lease, locked so two reapers split the work. Index: `steps_lease_idx`.
 const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, \

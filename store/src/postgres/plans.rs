@@ -5,7 +5,7 @@
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
-use super::{BEGIN, CLAIM, SUCCEED};
+use super::{BEGIN, CLAIM, SUCCEED, SUCCEED_MANY};
 use crate::Store;
 
 /// Runs `setup` on a migrated database, then, inside a write transaction (so with [`BEGIN`]'s settings) and
@@ -207,4 +207,40 @@ async fn the_leaf_call_reads_runs_by_key_whatever_join_the_planner_prefers(pool:
 
     assert_eq!(rows, 2, "zz1's step succeeded and zz2's was leased");
     assert!(read < 100, "the call read {read} entries of runs_pkey for two runs: it walked the index");
+}
+
+/// Entries of `steps_pkey` that index scans returned in the current transaction so far.
+async fn steps_pkey_entries_read(conn: &mut PgConnection) -> i64 {
+    sqlx::query_scalar("SELECT pg_stat_get_xact_tuples_returned('steps_pkey'::regclass)")
+        .fetch_one(conn)
+        .await
+        .expect("the transaction's index statistics")
+}
+
+/// The general path's batch success reads its steps by key (a write transaction turns merge and hash joins
+/// off, [`BEGIN`]), whatever join the planner would prefer.
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn the_batch_success_reads_steps_by_key_whatever_join_the_planner_prefers(pool: PgPool) {
+    let mut conn = runs_and_a_planner_that_avoids_nested_loops(&pool).await;
+    sqlx::raw_sql("UPDATE steps SET status = 'running', attempt = 1, lease_owner = 'w' WHERE run_id = 'zz1'")
+        .execute(&mut *conn)
+        .await
+        .expect("zz1's step is leased");
+    let mut tx = conn.begin_with(BEGIN).await.expect("a write transaction");
+    let before = steps_pkey_entries_read(&mut tx).await;
+    let done = sqlx::query(SUCCEED_MANY)
+        .bind(20_000_i64)
+        .bind(vec!["zz1"])
+        .bind(vec!["s"])
+        .bind(vec![1_i64])
+        .bind(vec!["w"])
+        .bind(vec!["{}"])
+        .fetch_all(&mut *tx)
+        .await
+        .expect("the success runs");
+    let read = steps_pkey_entries_read(&mut tx).await - before;
+
+    assert_eq!(done.len(), 1, "zz1's step succeeded");
+    assert!(read < 100, "the success read {read} entries of steps_pkey for one step: it walked the index");
 }
