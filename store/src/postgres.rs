@@ -22,8 +22,9 @@ impl_step_tx!(
     release: (crate::sql::RELEASE_POSTGRES, <[&str]>::to_vec),
     events: events_insert,
     run_insert: (crate::sql::PLAN_RUN_INSERT_POSTGRES, stores_plan: true),
-    // Not prepared: a named statement gets a generic plan after five runs, and one chosen while the runs table
-    // was small could scan it whole once it is large. The statements' own planning is cheap next to that risk.
+    // Not prepared, as before SQLite's were: planned for each batch with its own keys. Batches over several runs
+    // mostly take the leaf call on PostgreSQL (`postgres/complete_leaves.rs`), so caching one statement per run
+    // count was not measured here.
     lists_prepared: false
 );
 crate::runs_tx::impl_runs_tx!(Postgres, lists_prepared: false);
