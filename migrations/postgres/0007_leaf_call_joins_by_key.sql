@@ -5,9 +5,10 @@
 -- hundred rows locked the runs of a claim's events with a merge join over all of `runs_pkey`; once the table had
 -- grown, every call read the whole index (`cairn bench dispatch`, 11,000 single-step runs: the claim inside the
 -- call took 6.5 ms, most of the call). With merge and hash joins off and nested loops on, as sequential and
--- bitmap scans are already off, each join is a nested loop reading the inner table by key, whatever the table's
--- size was when the plan was made and whatever the session's settings say. Every join in the function is a
--- handful of rows of the batch against a table's key (`store/src/postgres/plans.rs` checks the reads).
+-- bitmap scans are already off, each join is a nested loop over the batch reading the table by key, whatever
+-- the session's settings say (`store/src/postgres/plans.rs` checks the reads). One case is left: statistics
+-- taken by a manual `ANALYZE` of a nearly empty table (a handful of rows; autovacuum analyses only after 50
+-- changed rows) can still put the table on the outer side of the loop.
 ALTER FUNCTION cairn_complete_leaves_and_claim(TEXT[], TEXT[], BIGINT[], TEXT[], TEXT[], BIGINT, TEXT[], TEXT[],
     BIGINT[], BIGINT)
     SET enable_mergejoin = off;

@@ -44,7 +44,8 @@ mod plans;
 ///
 /// The ids are gathered into an array first (`id = ANY (ARRAY(…))`), so every plan reads `runs` by key: written
 /// `id IN (…)`, a cached plan made while `runs` was small could join through all of `runs_pkey` instead (a merge
-/// join), every time, however large the table grew (`postgres/plans.rs` checks the plans).
+/// join), every time, however large the table grew (`postgres/plans.rs` checks the reads with merge and hash joins
+/// allowed).
 macro_rules! lock_runs {
     ($ids:literal) => {
         concat!(
@@ -255,7 +256,9 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
 /// merged instead read the whole index on every execution (the batch success, `SUCCEED_MANY`, read all 20,003
 /// entries of `steps_pkey` to succeed one step when the planner was steered away from nested loops, as a
 /// generic plan made while the tables were small can be; the leaf call's cached plan did so in
-/// `cairn bench dispatch`, migration 0007). `postgres/plans.rs` counts the entries such statements read.
+/// `cairn bench dispatch`, migration 0007). `postgres/plans.rs` counts the entries such statements read. Left:
+/// statistics from a manual `ANALYZE` of a nearly empty table (a handful of rows; autovacuum analyses only after
+/// 50 changed rows) can still make a nested loop walk the table as its outer side.
 const BEGIN: &str = "BEGIN; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off; \
      SET LOCAL enable_mergejoin = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_nestloop = on";
 

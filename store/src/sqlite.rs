@@ -25,10 +25,11 @@ use crate::tx::{DialectTx, StepTx, impl_step_tx};
 impl_step_tx!(Sqlite, release: (crate::sql::RELEASE_SQLITE, |parents: &[&str]| {
     serde_json::Value::from(parents.to_vec()).to_string()
 }), events: events_insert, run_insert: (crate::sql::RUN_INSERT, stores_plan: false), lists_prepared: true);
-// Statements over several runs are prepared and cached per count (sqlx keeps the connection's 100 most recent):
-// preparing them for every batch took three prepares per batch in `cairn bench dispatch` (about 2,600 batches
-// in a run, counted with a uprobe on `sqlite3_prepare_v3`). SQLite plans them on the keys whatever the table
-// sizes, so a cached plan stays right.
+// Statements over several runs are prepared and cached per count: preparing them for every batch took three
+// prepares per batch in `cairn bench dispatch` (about 2,600 batches in a run, counted with a uprobe on
+// `sqlite3_prepare_v3`). sqlx keeps the connection's 100 most recently used statements, so sizes seen once
+// make room for one another, not for the claim and the other statements every batch uses. SQLite plans them on
+// the keys whatever the table sizes, so a cached plan stays right.
 crate::runs_tx::impl_runs_tx!(Sqlite, lists_prepared: true);
 
 /// Leases due ready steps in one `UPDATE … RETURNING` (SQLite has one writer, so no row can be taken twice).

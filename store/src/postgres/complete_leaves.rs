@@ -10,9 +10,10 @@
 //! other case it raises SQLSTATE `CRN01`, which rolls the call back whole, and the writer takes the general path.
 //! Independent steps (`cairn bench throughput`) and single-step runs (`cairn bench dispatch`) are this case.
 //!
-//! The function joins only by key: migration `0007_leaf_call_joins_by_key.sql` turns merge and hash joins off
-//! for it (and nested loops on), because the writer's session caches the function's plans for its whole life,
-//! and a plan made while `runs` was small walked all of `runs_pkey` on every call once the table had grown.
+//! The function joins by key: migration `0007_leaf_call_joins_by_key.sql` turns merge and hash joins off for it
+//! (and nested loops on), because the writer's session caches the function's plans for its whole life, and a
+//! plan made while `runs` was small walked all of `runs_pkey` on every call once the table had grown (the one
+//! case left is in the migration's comment).
 
 use sqlx::{PgConnection, Postgres};
 

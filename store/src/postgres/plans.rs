@@ -142,12 +142,18 @@ async fn runs_and_a_planner_that_avoids_nested_loops(pool: &PgPool) -> PoolConne
     conn
 }
 
-/// The general claim locks the runs of its events by key (`lock_runs!`), whatever join the planner prefers.
+/// The general claim locks the runs of its events by key (`lock_runs!`), whatever join the planner prefers: even
+/// with merge and hash joins allowed and nested loops avoided inside the transaction (undoing what [`BEGIN`]
+/// sets), so that this checks the lock's own form.
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
 async fn the_claim_locks_runs_by_key_whatever_join_the_planner_prefers(pool: PgPool) {
     let mut conn = runs_and_a_planner_that_avoids_nested_loops(&pool).await;
     let mut tx = conn.begin_with(BEGIN).await.expect("a write transaction");
+    sqlx::raw_sql("SET LOCAL enable_nestloop = off; SET LOCAL enable_mergejoin = on; SET LOCAL enable_hashjoin = on")
+        .execute(&mut *tx)
+        .await
+        .expect("joins other than nested loops preferred");
     let before = runs_pkey_entries_read(&mut tx).await;
     let none: Vec<String> = Vec::new();
     let leased = sqlx::query(CLAIM)
