@@ -154,12 +154,28 @@ async fn start_engine(url: &str, clock: Arc<ManualClock>, config: EngineConfig) 
     Engine::start(store, clock, Arc::new(StaticCatalog::builtin()), config).await.unwrap()
 }
 
-/// A fresh SQLite database URL (a new file under the system temp dir).
+/// A fresh SQLite database URL: a new file in this test process's directory under the system temp dir
+/// (`cairn-tests/<pid>/`), so that orchestrator processes a test restarts find it again. The directories of test
+/// processes that are gone are removed first, as [`postgres_url`] drops their databases.
 pub fn sqlite_url() -> String {
-    let dir: PathBuf = std::env::temp_dir().join("cairn-tests");
+    let root: PathBuf = std::env::temp_dir().join("cairn-tests");
+    remove_directories_of_gone_processes(&root);
+    let dir = root.join(std::process::id().to_string());
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{}.db", uuid::Uuid::new_v4()));
     format!("sqlite:{}", path.display())
+}
+
+/// Removes the subdirectories of `root` named by the id of a process that no longer runs (other names, such as
+/// the [`http::TempDir`]s, are left alone: those remove themselves).
+fn remove_directories_of_gone_processes(root: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    for entry in entries.flatten() {
+        let pid = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok());
+        if pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Creates a fresh database named `cairn_t_<pid>_<uuid>` on the `DATABASE_URL` server, dropping ones left by

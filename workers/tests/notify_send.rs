@@ -39,9 +39,15 @@ async fn webhook(fail_first: usize) -> (String, Arc<Hook>) {
     (format!("http://{}/hook", support::serve(router).await), hook)
 }
 
-fn config(name: &str, webhook_url: Option<String>) -> NotifyConfig {
+/// The action's settings over a fresh scratch directory, and the directory's guard (it is removed when dropped).
+fn config(name: &str, webhook_url: Option<String>) -> (NotifyConfig, tempfile::TempDir) {
     let dir = support::scratch_dir(name);
-    NotifyConfig { file_path: dir.join("out/notifications.jsonl"), webhook_url, dedup_dir: dir.join("ledger") }
+    let config = NotifyConfig {
+        file_path: dir.path().join("out/notifications.jsonl"),
+        webhook_url,
+        dedup_dir: dir.path().join("ledger"),
+    };
+    (config, dir)
 }
 
 fn args(value: Value) -> NotifyArgs {
@@ -60,9 +66,9 @@ fn outcomes(deliveries: &[cairn_workers::actions::notify::Delivery]) -> Vec<(&st
 #[tokio::test]
 async fn a_retry_sends_only_to_the_channel_that_failed() {
     let (url, hook) = webhook(1).await;
-    let config = config("retry", Some(url));
-    let file_path = config.file_path.clone();
-    let notify = NotifySend::new(config);
+    let (settings, _dir) = config("retry", Some(url));
+    let file_path = settings.file_path.clone();
+    let notify = NotifySend::new(settings);
     let message =
         json!({"text": "Take an umbrella", "title": "Rain", "channels": ["file", "webhook"], "city": "Wuhan"});
 
@@ -94,7 +100,8 @@ async fn a_retry_sends_only_to_the_channel_that_failed() {
 
 #[tokio::test]
 async fn the_checkpoint_prevents_a_resend_on_a_worker_without_the_ledger() {
-    let notify = NotifySend::new(config("checkpoint", None));
+    let (settings, _dir) = config("checkpoint", None);
+    let notify = NotifySend::new(settings);
     let ctx = attempt(2, Some(json!({"delivered": ["file"]})));
     let out = notify.run(args(json!({"text": "hi", "channels": ["file"]})), &ctx).await.expect("ok");
     assert_eq!(outcomes(&out.deliveries), [("file", Outcome::SkippedDuplicate)]);
@@ -102,7 +109,8 @@ async fn the_checkpoint_prevents_a_resend_on_a_worker_without_the_ledger() {
 
 #[tokio::test]
 async fn unknown_channels_fail_as_not_configured_and_the_policy_decides() {
-    let notify = NotifySend::new(config("policy", None));
+    let (settings, _dir) = config("policy", None);
+    let notify = NotifySend::new(settings);
     let all =
         notify.run(args(json!({"text": "hi", "channels": ["stdout", "app", "telegram"]})), &attempt(1, None)).await;
     let err = all.expect_err("policy all fails on any failed channel");
@@ -113,7 +121,8 @@ async fn unknown_channels_fail_as_not_configured_and_the_policy_decides() {
         json!({"channel": "app", "outcome": "failed", "error": "channel not configured"})
     );
 
-    let notify = NotifySend::new(config("policy-any", None));
+    let (settings, _dir) = config("policy-any", None);
+    let notify = NotifySend::new(settings);
     let value = json!({"text": "hi", "channels": ["telegram", "stdout"], "success_policy": "any"});
     let out = notify.run(args(value), &attempt(1, None)).await.expect("one delivered channel is enough");
     assert_eq!(outcomes(&out.deliveries), [("telegram", Outcome::Failed), ("stdout", Outcome::Delivered)]);
@@ -125,7 +134,8 @@ async fn unknown_channels_fail_as_not_configured_and_the_policy_decides() {
 #[tokio::test]
 async fn a_webhook_that_cannot_be_reached_did_not_take_effect() {
     let url = format!("http://127.0.0.1:{}/hook", support::closed_port());
-    let notify = NotifySend::new(config("refused", Some(url)));
+    let (settings, _dir) = config("refused", Some(url));
+    let notify = NotifySend::new(settings);
     let err =
         notify.run(args(json!({"text": "hi", "channels": ["webhook"]})), &attempt(1, None)).await.expect_err("refused");
     assert!(err.retryable && err.did_not_take_effect && !err.degraded, "{err:?}");

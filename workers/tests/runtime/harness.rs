@@ -42,6 +42,8 @@ pub struct Orchestrator {
     pub addr: SocketAddr,
     server: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
     reaper: Option<JoinHandle<()>>,
+    /// The database's directory, removed when the orchestrator is dropped.
+    _db_dir: tempfile::TempDir,
 }
 
 impl Orchestrator {
@@ -54,16 +56,15 @@ impl Orchestrator {
 
     /// Engine and gRPC service only: nothing but the worker can time an attempt out.
     pub async fn start_without_reaper(config: EngineConfig) -> Self {
-        let dir = std::env::temp_dir().join("cairn-runtime-tests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let url = format!("sqlite:{}", dir.join(format!("{}.db", uuid::Uuid::new_v4())).display());
+        let db_dir = tempfile::Builder::new().prefix("cairn-runtime-test-").tempdir().unwrap();
+        let url = format!("sqlite:{}", db_dir.path().join("cairn.db").display());
         let store = Store::connect(&url).await.unwrap();
         let engine =
             Engine::start(store, Arc::new(SystemClock), Arc::new(StaticCatalog::builtin()), config).await.unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = Some(serve(engine.clone(), listener));
-        Self { engine, addr, server, reaper: None }
+        Self { engine, addr, server, reaper: None, _db_dir: db_dir }
     }
 
     /// The address workers dial.

@@ -2,8 +2,6 @@
 #![allow(dead_code, missing_docs)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,14 +48,9 @@ impl ProgressSink for Recorder {
     }
 }
 
-/// A fresh, empty directory under the system temp dir, unique to this process and call.
-pub fn scratch_dir(name: &str) -> PathBuf {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("cairn-workers-test-{}-{name}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
+/// A fresh, empty directory under the system temp dir, removed when the returned guard is dropped.
+pub fn scratch_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("cairn-workers-test-{name}-")).tempdir().expect("create scratch dir")
 }
 
 /// A local port nothing listens on (bound, then released).
