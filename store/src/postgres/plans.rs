@@ -118,9 +118,10 @@ fn runs_with_a_step(prefix: &str, n: u32, step_status: &str) -> [String; 2] {
     ]
 }
 
-/// Entries of `runs_pkey` that index scans returned in the current transaction so far.
-async fn runs_pkey_entries_read(conn: &mut PgConnection) -> i64 {
-    sqlx::query_scalar("SELECT pg_stat_get_xact_tuples_returned('runs_pkey'::regclass)")
+/// Entries of the index `index` that index scans returned in the current transaction so far.
+async fn entries_read(conn: &mut PgConnection, index: &str) -> i64 {
+    sqlx::query_scalar("SELECT pg_stat_get_xact_tuples_returned($1::regclass)")
+        .bind(index)
         .fetch_one(conn)
         .await
         .expect("the transaction's index statistics")
@@ -154,7 +155,7 @@ async fn the_claim_locks_runs_by_key_whatever_join_the_planner_prefers(pool: PgP
         .execute(&mut *tx)
         .await
         .expect("joins other than nested loops preferred");
-    let before = runs_pkey_entries_read(&mut tx).await;
+    let before = entries_read(&mut tx, "runs_pkey").await;
     let none: Vec<String> = Vec::new();
     let leased = sqlx::query(CLAIM)
         .bind("w")
@@ -170,7 +171,7 @@ async fn the_claim_locks_runs_by_key_whatever_join_the_planner_prefers(pool: PgP
         .fetch_all(&mut *tx)
         .await
         .expect("the claim runs");
-    let read = runs_pkey_entries_read(&mut tx).await - before;
+    let read = entries_read(&mut tx, "runs_pkey").await - before;
 
     assert_eq!(leased.len(), 1, "the claim leases zz1's step");
     assert!(read < 100, "the claim read {read} entries of runs_pkey for one run: it walked the index");
@@ -207,20 +208,12 @@ async fn the_leaf_call_reads_runs_by_key_whatever_join_the_planner_prefers(pool:
     assert_eq!(leaf_call(&mut conn, None).await, 1, "the first call leases zz1's step");
 
     let mut tx = conn.begin().await.expect("a transaction");
-    let before = runs_pkey_entries_read(&mut tx).await;
+    let before = entries_read(&mut tx, "runs_pkey").await;
     let rows = leaf_call(&mut tx, Some("zz1")).await;
-    let read = runs_pkey_entries_read(&mut tx).await - before;
+    let read = entries_read(&mut tx, "runs_pkey").await - before;
 
     assert_eq!(rows, 2, "zz1's step succeeded and zz2's was leased");
     assert!(read < 100, "the call read {read} entries of runs_pkey for two runs: it walked the index");
-}
-
-/// Entries of `steps_pkey` that index scans returned in the current transaction so far.
-async fn steps_pkey_entries_read(conn: &mut PgConnection) -> i64 {
-    sqlx::query_scalar("SELECT pg_stat_get_xact_tuples_returned('steps_pkey'::regclass)")
-        .fetch_one(conn)
-        .await
-        .expect("the transaction's index statistics")
 }
 
 /// The general path's batch success reads its steps by key (a write transaction turns merge and hash joins
@@ -234,7 +227,7 @@ async fn the_batch_success_reads_steps_by_key_whatever_join_the_planner_prefers(
         .await
         .expect("zz1's step is leased");
     let mut tx = conn.begin_with(BEGIN).await.expect("a write transaction");
-    let before = steps_pkey_entries_read(&mut tx).await;
+    let before = entries_read(&mut tx, "steps_pkey").await;
     let done = sqlx::query(SUCCEED_MANY)
         .bind(20_000_i64)
         .bind(vec!["zz1"])
@@ -245,7 +238,7 @@ async fn the_batch_success_reads_steps_by_key_whatever_join_the_planner_prefers(
         .fetch_all(&mut *tx)
         .await
         .expect("the success runs");
-    let read = steps_pkey_entries_read(&mut tx).await - before;
+    let read = entries_read(&mut tx, "steps_pkey").await - before;
 
     assert_eq!(done.len(), 1, "zz1's step succeeded");
     assert!(read < 100, "the success read {read} entries of steps_pkey for one step: it walked the index");
