@@ -200,11 +200,21 @@ async fn leaf_call(conn: &mut PgConnection, done: Option<&str>) -> usize {
 }
 
 /// The leaf call joins its batch against `runs` by key (migration 0007), whatever join the planner prefers: a
-/// call that completes one leaf (ending its run) and leases one step reads a few entries of `runs_pkey`.
+/// call that completes one leaf (ending its run) and leases one step reads a few entries of `runs_pkey`. Its
+/// statements run from generic plans (migration 0008), so these are the reads of the plans every call uses.
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
 async fn the_leaf_call_reads_runs_by_key_whatever_join_the_planner_prefers(pool: PgPool) {
     let mut conn = runs_and_a_planner_that_avoids_nested_loops(&pool).await;
+    let settings: Vec<String> =
+        sqlx::query_scalar("SELECT unnest(proconfig) FROM pg_proc WHERE proname = 'cairn_complete_leaves_and_claim'")
+            .fetch_all(&mut *conn)
+            .await
+            .expect("the leaf call's settings");
+    assert!(
+        settings.iter().any(|s| s == "plan_cache_mode=force_generic_plan"),
+        "the leaf call plans its statements once per session: {settings:?}"
+    );
     assert_eq!(leaf_call(&mut conn, None).await, 1, "the first call leases zz1's step");
 
     let mut tx = conn.begin().await.expect("a transaction");
