@@ -199,8 +199,9 @@ async fn leaf_call(conn: &mut PgConnection, done: Option<&str>) -> usize {
     rows.len()
 }
 
-/// The leaf call joins its batch against `runs` by key (migration 0007), whatever join the planner prefers: a
-/// call that completes one leaf (ending its run) and leases one step reads a few entries of `runs_pkey`. Its
+/// The leaf call joins its batch against its tables by key (migration 0007), whatever join the planner prefers:
+/// a call that completes one leaf (ending its run) and leases one step reads a few entries of `runs_pkey`,
+/// `steps_pkey` and `attempts_pkey`. Its
 /// statements run from generic plans (migration 0008), so these are the reads of the plans every call uses.
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
@@ -217,13 +218,19 @@ async fn the_leaf_call_reads_runs_by_key_whatever_join_the_planner_prefers(pool:
     );
     assert_eq!(leaf_call(&mut conn, None).await, 1, "the first call leases zz1's step");
 
+    let indexes = ["runs_pkey", "steps_pkey", "attempts_pkey"];
     let mut tx = conn.begin().await.expect("a transaction");
-    let before = entries_read(&mut tx, "runs_pkey").await;
+    let mut before = Vec::new();
+    for index in indexes {
+        before.push(entries_read(&mut tx, index).await);
+    }
     let rows = leaf_call(&mut tx, Some("zz1")).await;
-    let read = entries_read(&mut tx, "runs_pkey").await - before;
 
     assert_eq!(rows, 2, "zz1's step succeeded and zz2's was leased");
-    assert!(read < 100, "the call read {read} entries of runs_pkey for two runs: it walked the index");
+    for (index, before) in indexes.into_iter().zip(before) {
+        let read = entries_read(&mut tx, index).await - before;
+        assert!(read < 100, "the call read {read} entries of {index} for two runs: it walked the index");
+    }
 }
 
 /// The general path's batch success reads its steps by key (a write transaction turns merge and hash joins
