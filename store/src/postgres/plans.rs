@@ -201,11 +201,11 @@ async fn leaf_call(conn: &mut PgConnection, done: Option<&str>) -> usize {
 
 /// The leaf call joins its batch against its tables by key (migration 0007), whatever join the planner prefers:
 /// a call that completes one leaf (ending its run) and leases one step reads a few entries of `runs_pkey`,
-/// `steps_pkey` and `attempts_pkey`. Its
-/// statements run from generic plans (migration 0008), so these are the reads of the plans every call uses.
+/// `steps_pkey` and `attempts_pkey`, with 20,000 other runs, steps and attempts in them. Its statements run from
+/// generic plans (migration 0008), so these are the reads of the plans every call uses.
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
-async fn the_leaf_call_reads_runs_by_key_whatever_join_the_planner_prefers(pool: PgPool) {
+async fn the_leaf_call_reads_by_key_whatever_join_the_planner_prefers(pool: PgPool) {
     let mut conn = runs_and_a_planner_that_avoids_nested_loops(&pool).await;
     let settings: Vec<String> =
         sqlx::query_scalar("SELECT unnest(proconfig) FROM pg_proc WHERE proname = 'cairn_complete_leaves_and_claim'")
@@ -216,6 +216,14 @@ async fn the_leaf_call_reads_runs_by_key_whatever_join_the_planner_prefers(pool:
         settings.iter().any(|s| s == "plan_cache_mode=force_generic_plan"),
         "the leaf call plans its statements once per session: {settings:?}"
     );
+    sqlx::raw_sql(
+        "INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status, started_at, ended_at) \
+         SELECT 'grown' || g, 's', 1, 'grown' || g || '/s/1', 'noop', 'w', 'succeeded', 0, 0 \
+         FROM generate_series(1, 20000) AS g",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("the grown runs' attempts");
     assert_eq!(leaf_call(&mut conn, None).await, 1, "the first call leases zz1's step");
 
     let indexes = ["runs_pkey", "steps_pkey", "attempts_pkey"];
