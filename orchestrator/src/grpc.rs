@@ -11,8 +11,8 @@ use cairn_core::catalog::{ActionSpec, Effect};
 use cairn_core::failure::Failure;
 use cairn_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
 use cairn_proto::v1::{
-    self as pb, Attempt, CompleteRequest, FailRequest, HeartbeatRequest, HeartbeatResponse, PollRequest, PollResponse,
-    RegisterRequest, RegisterResponse, ReportOutcome, ReportResponse,
+    self as pb, Attempt, CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, FailRequest, HeartbeatRequest,
+    HeartbeatResponse, PollRequest, PollResponse, RegisterRequest, RegisterResponse, ReportOutcome, ReportResponse,
 };
 use cairn_store::{Claimed, HeartbeatOutcome, Lease, Report, StoreError};
 use tonic::service::interceptor::InterceptedService;
@@ -27,9 +27,9 @@ const MAX_POLL_WAIT: Duration = Duration::from_secs(30);
 /// The gRPC service.
 #[derive(Debug, Clone)]
 pub struct WorkerGrpc {
-    engine: Engine,
+    pub(crate) engine: Engine,
     /// Answers to completions that handed out attempts, for a resend whose first answer was lost.
-    replies: Arc<HandedReplies>,
+    pub(crate) replies: Arc<HandedReplies>,
 }
 
 /// The service wrapped with the token check.
@@ -68,17 +68,17 @@ impl tonic::service::Interceptor for TokenCheck {
     }
 }
 
-fn unavailable(e: &StoreError) -> Status {
+pub(crate) fn unavailable(e: &StoreError) -> Status {
     tracing::warn!(error = %e, "store error in worker protocol");
     if e.is_retryable() { Status::unavailable(e.to_string()) } else { Status::internal("internal error") }
 }
 
-fn lease(worker_id: &str, lease: Option<pb::Lease>) -> Result<Lease, Status> {
+pub(crate) fn lease(worker_id: &str, lease: Option<pb::Lease>) -> Result<Lease, Status> {
     let l = lease.ok_or_else(|| Status::invalid_argument("missing lease"))?;
     Ok(Lease { run_id: l.run_id, step_id: l.step_id, attempt: l.attempt, worker_id: worker_id.to_owned() })
 }
 
-fn json(field: &str, text: &str) -> Result<serde_json::Value, Status> {
+pub(crate) fn json(field: &str, text: &str) -> Result<serde_json::Value, Status> {
     if text.is_empty() {
         return Ok(serde_json::Value::Null);
     }
@@ -103,7 +103,7 @@ fn spec(d: pb::ActionDescriptor) -> Result<ActionSpec, Status> {
     })
 }
 
-fn attempt(c: Claimed, now_ms: i64) -> Attempt {
+pub(crate) fn attempt(c: Claimed, now_ms: i64) -> Attempt {
     let traceparent = crate::grpc::traceparent(&c.lease);
     Attempt {
         lease: Some(pb::Lease { run_id: c.lease.run_id, step_id: c.lease.step_id, attempt: c.lease.attempt }),
@@ -125,7 +125,7 @@ pub fn traceparent(lease: &Lease) -> String {
     cairn_workers::telemetry::attempt_traceparent(&lease.run_id, &lease.step_id, lease.attempt)
 }
 
-fn outcome(report: Report) -> ReportResponse {
+pub(crate) fn outcome(report: Report) -> ReportResponse {
     let outcome = match report {
         Report::Succeeded => ReportOutcome::Succeeded,
         Report::RetryScheduled => ReportOutcome::RetryScheduled,
@@ -175,53 +175,14 @@ impl WorkerService for WorkerGrpc {
     }
 
     async fn complete(&self, request: Request<CompleteRequest>) -> Result<Response<ReportResponse>, Status> {
-        let req = request.into_inner();
-        let lease = lease(&req.worker_id, req.lease)?;
-        let output = json("output_json", &req.output_json)?;
-        if req.next_max_attempts == 0 {
-            let report = self.engine.complete(&lease, &output).await.map_err(|e| unavailable(&e))?;
-            return Ok(Response::new(outcome(report)));
-        }
-        let now = self.engine.now_ms();
-        if let Some((report, next)) = self.replies.replay(&lease, now) {
-            // A resend: the first answer, with attempts leased to this worker, never reached it. Each attempt
-            // is handed again only if its lease is still current (a heartbeat checks and extends it).
-            let mut current = Vec::with_capacity(next.len());
-            for c in next {
-                match self.engine.heartbeat(&c.lease, None).await.map_err(|e| unavailable(&e))? {
-                    HeartbeatOutcome::Extended { .. } => current.push(c),
-                    HeartbeatOutcome::Gone => {}
-                }
-            }
-            tracing::info!(run_id = %lease.run_id, step_id = %lease.step_id, attempt = lease.attempt,
-                handed = current.len(), "completion resent; answered as the first time");
-            let mut response = outcome(report);
-            response.next = current.into_iter().map(|c| attempt(c, now)).collect();
-            return Ok(Response::new(response));
-        }
-        // One operation for the writer: the claim sees what the completion released, in the same batch.
-        let limit = req.next_max_attempts.clamp(1, 256);
-        let (report, claimed) = self.engine.complete_and_claim(&lease, &output, &req.next_actions, limit).await;
-        // A failed claim costs the worker nothing but this shortcut: its slot goes back to polling.
-        let claimed = claimed.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "claim after a completion failed; the worker polls instead");
-            Vec::new()
-        });
-        let report = match report {
-            Ok(report) => report,
-            Err(e) => {
-                // The worker resends the report; the attempts claimed for it would otherwise wait unseen for
-                // their leases to expire.
-                self.engine.give_back(claimed, "not delivered: the completion it came with was not recorded").await;
-                return Err(unavailable(&e));
-            }
-        };
-        let now = self.engine.now_ms();
-        let lease_ttl_ms = i64::try_from(self.engine.config().lease_ttl.as_millis()).unwrap_or(i64::MAX);
-        self.replies.remember(&lease, report, &claimed, now, lease_ttl_ms);
-        let mut response = outcome(report);
-        response.next = claimed.into_iter().map(|c| attempt(c, now)).collect();
-        Ok(Response::new(response))
+        Ok(Response::new(self.complete_one(request.into_inner()).await?))
+    }
+
+    async fn complete_batch(
+        &self,
+        request: Request<CompleteBatchRequest>,
+    ) -> Result<Response<CompleteBatchResponse>, Status> {
+        Ok(Response::new(self.complete_all(request.into_inner()).await?))
     }
 
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<ReportResponse>, Status> {

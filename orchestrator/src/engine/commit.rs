@@ -47,6 +47,10 @@ pub(super) enum Pending {
         request: ClaimRequest,
         claim_reply: oneshot::Sender<StoreResult<ClaimAnswer>>,
     },
+    /// Operations queued as one message so that the writer takes them all or none: a worker's `CompleteBatch`,
+    /// answered only when its last item is, would otherwise wait for a second batch whenever the writer woke
+    /// between two of its items. The writer's [`MAX_BATCH`] counts such a group as one message.
+    Together(Vec<Pending>),
 }
 
 /// The answer to a claim.
@@ -106,8 +110,15 @@ struct Batch {
 impl Batch {
     fn split(pending: Vec<Pending>) -> Self {
         let mut batch = Batch::default();
+        batch.add(pending);
+        batch
+    }
+
+    fn add(&mut self, pending: Vec<Pending>) {
+        let batch = self;
         for op in pending {
             match op {
+                Pending::Together(ops) => batch.add(ops),
                 Pending::Report(item, reply) => {
                     batch.reports.push(item);
                     batch.report_replies.push(reply);
@@ -124,7 +135,6 @@ impl Batch {
                 }
             }
         }
-        batch
     }
 
     fn len(&self) -> usize {
@@ -165,6 +175,33 @@ impl Engine {
         let report = report.await.map_err(|_| StoreError::Stopped).and_then(|r| r);
         let claim = claim.await.map_err(|_| StoreError::Stopped).and_then(|c| c);
         (report, claim)
+    }
+
+    /// [`Engine::queue_report_and_claim`] for several pairs queued as one message ([`Pending::Together`]):
+    /// their outcomes in the order given.
+    pub(super) async fn queue_reports_and_claims(
+        &self,
+        pairs: Vec<(ReportItem, ClaimRequest)>,
+    ) -> Vec<(StoreResult<Report>, StoreResult<ClaimAnswer>)> {
+        let (mut ops, mut replies) = (Vec::with_capacity(pairs.len()), Vec::with_capacity(pairs.len()));
+        for (item, request) in pairs {
+            let (report_reply, report) = oneshot::channel();
+            let (claim_reply, claim) = oneshot::channel();
+            ops.push(Pending::ReportAndClaim { item, report_reply, request, claim_reply });
+            replies.push((report, claim));
+        }
+        let queued = self.enqueue(Pending::Together(ops)).await;
+        let mut outcomes = Vec::with_capacity(replies.len());
+        for (report, claim) in replies {
+            if queued.is_err() {
+                outcomes.push((Err(StoreError::Stopped), Err(StoreError::Stopped)));
+                continue;
+            }
+            let report = report.await.map_err(|_| StoreError::Stopped).and_then(|r| r);
+            let claim = claim.await.map_err(|_| StoreError::Stopped).and_then(|c| c);
+            outcomes.push((report, claim));
+        }
+        outcomes
     }
 
     async fn enqueue(&self, op: Pending) -> StoreResult<()> {

@@ -61,6 +61,27 @@ struct Inner {
     event_wait_start: tokio::sync::Mutex<()>,
 }
 
+/// One completion and the claim sent with it ([`Engine::complete_and_claim_all`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CompletionAndClaim<'a> {
+    /// The attempt completed.
+    pub lease: &'a Lease,
+    /// Its output.
+    pub output: &'a Value,
+    /// Actions the worker's next attempts may run.
+    pub actions: &'a [String],
+    /// Most attempts to claim.
+    pub limit: u32,
+}
+
+/// The steps a claim answered with (none when it parked).
+fn claimed_of(answer: commit::ClaimAnswer) -> Vec<Claimed> {
+    match answer {
+        commit::ClaimAnswer::Claimed(claimed) => claimed,
+        commit::ClaimAnswer::Parked { .. } => Vec::new(),
+    }
+}
+
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine").field("store", &self.inner.store.backend()).finish_non_exhaustive()
@@ -298,11 +319,31 @@ impl Engine {
             now_ms: self.now_ms(),
         };
         let (report, claim) = self.queue_report_and_claim(item, request).await;
-        let claimed = claim.map(|answer| match answer {
-            commit::ClaimAnswer::Claimed(claimed) => claimed,
-            commit::ClaimAnswer::Parked { .. } => Vec::new(),
-        });
-        (report, claimed)
+        (report, claim.map(claimed_of))
+    }
+
+    /// [`Engine::complete_and_claim`] for several completions at once, queued together so that they share one
+    /// batch of the writer (a worker's `CompleteBatch`). Returns each pair of outcomes in the order given.
+    pub async fn complete_and_claim_all(
+        &self,
+        completions: &[CompletionAndClaim<'_>],
+    ) -> Vec<(StoreResult<Report>, StoreResult<Vec<Claimed>>)> {
+        let now_ms = self.now_ms();
+        let pairs = completions
+            .iter()
+            .map(|c| {
+                let item = ReportItem { lease: c.lease.clone(), kind: ReportKind::Complete(c.output.clone()) };
+                let request = ClaimRequest {
+                    worker_id: c.lease.worker_id.clone(),
+                    actions: c.actions.to_vec(),
+                    limit: c.limit,
+                    now_ms,
+                };
+                (item, request)
+            })
+            .collect();
+        let outcomes = self.queue_reports_and_claims(pairs).await;
+        outcomes.into_iter().map(|(report, claim)| (report, claim.map(claimed_of))).collect()
     }
 
     /// Records a failed attempt under `lease`: retry with backoff, fail, or `outcome_unknown`.

@@ -6,7 +6,7 @@
 //! call dials again. Callers back off between failed calls (see [`transient`]), so a dead orchestrator is not
 //! hammered.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cairn_core::catalog::{ActionSpec, Effect};
@@ -22,9 +22,10 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 
 use super::RuntimeError;
+use super::completions::Completions;
 
 /// How long a unary call (register, heartbeat, complete, fail) may take before it counts as failed.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Added to a poll's own wait for its deadline: the server answers at the end of the wait, plus latency.
 const POLL_SLACK: Duration = Duration::from_secs(10);
 /// How long dialing the orchestrator may take.
@@ -49,11 +50,17 @@ impl Interceptor for BearerToken {
     }
 }
 
-/// A client of the orchestrator's `WorkerService` for one worker id. Cheap to clone; clones share the channel.
+/// The generated client over the lazily dialled channel, with the token added to every call.
+pub(crate) type Service = WorkerServiceClient<InterceptedService<Channel, BearerToken>>;
+
+/// A client of the orchestrator's `WorkerService` for one worker id. Cheap to clone; clones share the channel
+/// and the completion queue.
 #[derive(Debug, Clone)]
 pub(crate) struct OrchestratorClient {
-    inner: WorkerServiceClient<InterceptedService<Channel, BearerToken>>,
+    inner: Service,
     worker_id: Arc<str>,
+    /// Started by the first completion (a Tokio runtime is running by then).
+    completions: Arc<OnceLock<Completions>>,
 }
 
 impl OrchestratorClient {
@@ -79,7 +86,7 @@ impl OrchestratorClient {
             })
             .transpose()?;
         let inner = WorkerServiceClient::with_interceptor(endpoint.connect_lazy(), BearerToken(token));
-        Ok(Self { inner, worker_id: worker_id.into() })
+        Ok(Self { inner, worker_id: worker_id.into(), completions: Arc::default() })
     }
 
     /// The worker id every call carries.
@@ -117,7 +124,8 @@ impl OrchestratorClient {
     }
 
     /// Reports a successful attempt, asking for up to `next_max_attempts` attempts of `next_actions` in the same
-    /// call (0: none). Returns the outcome and the attempts claimed for this worker.
+    /// call (0: none), through the worker's completion queue (in a `CompleteBatch` with the completions queued
+    /// alongside, see [`Completions`]). Returns the outcome and the attempts claimed for this worker.
     pub(crate) async fn complete(
         &self,
         lease: &pb::Lease,
@@ -132,7 +140,9 @@ impl OrchestratorClient {
             next_max_attempts,
             next_actions: next_actions.to_vec(),
         };
-        let response = self.inner.clone().complete(timed(req, CALL_TIMEOUT)).await?.into_inner();
+        let completions =
+            self.completions.get_or_init(|| Completions::start(self.inner.clone(), Arc::clone(&self.worker_id)));
+        let response = completions.complete(req).await?;
         Ok((response.outcome(), response.next))
     }
 
@@ -207,7 +217,8 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn timed<T>(message: T, timeout: Duration) -> Request<T> {
+/// `message` as a request that fails with `DEADLINE_EXCEEDED` after `timeout`.
+pub(crate) fn timed<T>(message: T, timeout: Duration) -> Request<T> {
     let mut request = Request::new(message);
     request.set_timeout(timeout);
     request

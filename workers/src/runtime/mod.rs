@@ -29,6 +29,7 @@
 //! - `handler`, `deadline`, `report`, `outcome`: running, bounding, and reporting an attempt.
 
 mod client;
+mod completions;
 mod deadline;
 mod fetch;
 mod handed;
