@@ -43,18 +43,21 @@ fn fanout_reports_the_wall_time_of_a_finished_run() {
     assert!(figures.get("per_step_ms_median").is_none(), "chain's fields belong to chain: {figures}");
 }
 
+/// The figures' arithmetic is unit-tested on synthetic timelines (`drain_figures` in
+/// `cli/src/command/bench/scenarios.rs`); here, that a real run prints every field scripts read.
 #[test]
-fn throughput_measures_the_drain_apart_from_the_submission() {
+fn throughput_reports_the_drain_and_the_submission_apart() {
     let figures = bench("throughput");
     assert_eq!(figures["scenario"], "throughput");
     assert_eq!(figures["steps"], 10_000);
-    let (span_ms, submit_ms) = (number(&figures, "span_ms"), number(&figures, "submit_ms"));
-    assert!(span_ms >= 1.0 && submit_ms >= 0.0, "{figures}");
-    let per_sec = number(&figures, "steps_per_sec");
-    assert!((per_sec - (10_000.0 * 1000.0 / span_ms).round()).abs() < 1.0, "steps / span_ms: {figures}");
-    let from_ready = number(&figures, "steps_per_sec_from_ready");
-    let with_submission = (10_000.0 * 1000.0 / (span_ms + submit_ms).max(1.0)).round();
-    assert!((from_ready - with_submission).abs() < 1.0, "the submission counted in: {figures}");
-    let (p50, p99) = (number(&figures, "dispatch_latency_ms_p50"), number(&figures, "dispatch_latency_ms_p99"));
-    assert!(0.0 <= p50 && p50 <= p99 && p99 <= span_ms, "latencies fall inside the drain: {figures}");
+    for field in [
+        "span_ms",
+        "steps_per_sec",
+        "dispatch_latency_ms_p50",
+        "dispatch_latency_ms_p99",
+        "submit_ms",
+        "steps_per_sec_from_ready",
+    ] {
+        number(&figures, field);
+    }
 }

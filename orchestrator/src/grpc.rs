@@ -21,15 +21,17 @@ use tonic::{Request, Response, Status};
 use crate::engine::Engine;
 use crate::replies::HandedReplies;
 
+mod completions;
+
 /// Longest a poll may wait for work; keeps idle connections observable and shutdown prompt.
 const MAX_POLL_WAIT: Duration = Duration::from_secs(30);
 
 /// The gRPC service.
 #[derive(Debug, Clone)]
 pub struct WorkerGrpc {
-    pub(crate) engine: Engine,
+    engine: Engine,
     /// Answers to completions that handed out attempts, for a resend whose first answer was lost.
-    pub(crate) replies: Arc<HandedReplies>,
+    replies: Arc<HandedReplies>,
 }
 
 /// The service wrapped with the token check.
@@ -68,17 +70,17 @@ impl tonic::service::Interceptor for TokenCheck {
     }
 }
 
-pub(crate) fn unavailable(e: &StoreError) -> Status {
+fn unavailable(e: &StoreError) -> Status {
     tracing::warn!(error = %e, "store error in worker protocol");
     if e.is_retryable() { Status::unavailable(e.to_string()) } else { Status::internal("internal error") }
 }
 
-pub(crate) fn lease(worker_id: &str, lease: Option<pb::Lease>) -> Result<Lease, Status> {
+fn lease(worker_id: &str, lease: Option<pb::Lease>) -> Result<Lease, Status> {
     let l = lease.ok_or_else(|| Status::invalid_argument("missing lease"))?;
     Ok(Lease { run_id: l.run_id, step_id: l.step_id, attempt: l.attempt, worker_id: worker_id.to_owned() })
 }
 
-pub(crate) fn json(field: &str, text: &str) -> Result<serde_json::Value, Status> {
+fn json(field: &str, text: &str) -> Result<serde_json::Value, Status> {
     if text.is_empty() {
         return Ok(serde_json::Value::Null);
     }
@@ -103,7 +105,7 @@ fn spec(d: pb::ActionDescriptor) -> Result<ActionSpec, Status> {
     })
 }
 
-pub(crate) fn attempt(c: Claimed, now_ms: i64) -> Attempt {
+fn attempt(c: Claimed, now_ms: i64) -> Attempt {
     let traceparent = crate::grpc::traceparent(&c.lease);
     Attempt {
         lease: Some(pb::Lease { run_id: c.lease.run_id, step_id: c.lease.step_id, attempt: c.lease.attempt }),
@@ -125,7 +127,7 @@ pub fn traceparent(lease: &Lease) -> String {
     cairn_workers::telemetry::attempt_traceparent(&lease.run_id, &lease.step_id, lease.attempt)
 }
 
-pub(crate) fn outcome(report: Report) -> ReportResponse {
+fn outcome(report: Report) -> ReportResponse {
     let outcome = match report {
         Report::Succeeded => ReportOutcome::Succeeded,
         Report::RetryScheduled => ReportOutcome::RetryScheduled,
@@ -175,6 +177,7 @@ impl WorkerService for WorkerGrpc {
     }
 
     async fn complete(&self, request: Request<CompleteRequest>) -> Result<Response<ReportResponse>, Status> {
+        self.engine.metrics().completions_received("complete", 1);
         Ok(Response::new(self.complete_one(request.into_inner()).await?))
     }
 
@@ -182,7 +185,9 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<CompleteBatchRequest>,
     ) -> Result<Response<CompleteBatchResponse>, Status> {
-        Ok(Response::new(self.complete_all(request.into_inner()).await?))
+        let req = request.into_inner();
+        self.engine.metrics().completions_received("complete_batch", req.items.len());
+        Ok(Response::new(self.complete_all(req).await?))
     }
 
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<ReportResponse>, Status> {

@@ -11,7 +11,6 @@
 //! - [`catalog`]: built-in plus registered actions, validated against at submit.
 //! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, complete batch, fail) and its
 //!   auth.
-//! - [`completions`]: `Complete` and `CompleteBatch` (several completions in one call), item by item.
 //! - [`replies`]: answers to completions that handed out attempts, replayed to a resend of the same lease.
 //! - [`server`]: one orchestrator process (engine + REST + gRPC + reaper) on its listeners.
 //! - [`scheduler`]: cron schedules (definitions, the tick pass) and the loop driving every durable wait.
@@ -25,7 +24,6 @@
 pub mod api;
 pub mod catalog;
 pub mod clock;
-pub mod completions;
 pub mod config;
 pub mod engine;
 pub mod grpc;

@@ -31,6 +31,7 @@ pub struct Metrics {
     dispatch_latency: HistogramVec,
     step_duration: HistogramVec,
     one_call: IntCounterVec,
+    completions: IntCounterVec,
     /// Worker id → when it was last heard from (epoch ms).
     workers: Mutex<HashMap<String, i64>>,
 }
@@ -77,18 +78,37 @@ impl Metrics {
             &["path", "outcome"],
         )
         .expect("constant metric names and labels are valid");
+        let completions = IntCounterVec::new(
+            Opts::new(
+                "cairn_worker_completions_total",
+                "Completions received from workers, by the call that carried them (`complete`: one per call; \
+                 `complete_batch`: several completions that queued up in a worker while its calls were in flight).",
+            ),
+            &["call"],
+        )
+        .expect("constant metric names and labels are valid");
         let registry = Registry::new();
         for collector in [&dispatch_latency, &step_duration] {
             registry.register(Box::new(collector.clone())).expect("each metric is registered once");
         }
-        registry.register(Box::new(one_call.clone())).expect("each metric is registered once");
+        for collector in [&one_call, &completions] {
+            registry.register(Box::new(collector.clone())).expect("each metric is registered once");
+        }
+        for call in ["complete", "complete_batch"] {
+            completions.with_label_values(&[call]);
+        }
         // Every outcome is exported from the start (0 until it happens); `one_call` then only adds.
         for path in ["chain", "leaves"] {
             for outcome in ["committed", "fell_back", "unknown"] {
                 one_call.with_label_values(&[path, outcome]);
             }
         }
-        Self { registry, dispatch_latency, step_duration, one_call, workers: Mutex::default() }
+        Self { registry, dispatch_latency, step_duration, one_call, completions, workers: Mutex::default() }
+    }
+
+    /// `count` completions arrived in one `call` (`complete` or `complete_batch`).
+    pub fn completions_received(&self, call: &str, count: usize) {
+        self.completions.with_label_values(&[call]).inc_by(u64::try_from(count).unwrap_or(u64::MAX));
     }
 
     /// The batch writer's one-call batches of `path` (`chain` or `leaves`) since its last report, by outcome.

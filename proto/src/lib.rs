@@ -6,3 +6,7 @@
 pub mod v1 {
     tonic::include_proto!("cairn.v1");
 }
+
+/// Most completions one `CompleteBatch` may carry; the orchestrator refuses a larger batch whole
+/// (`INVALID_ARGUMENT`).
+pub const MAX_COMPLETE_BATCH_ITEMS: usize = 256;

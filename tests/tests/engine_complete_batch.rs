@@ -1,16 +1,18 @@
 //! `CompleteBatch` (issue 8): several completions in one gRPC call, each answered exactly as its own `Complete`
-//! would be, through the real orchestrator and store on every available backend.
+//! would be, through the real orchestrator and store on every available backend; and a real `cairn worker`
+//! process (build it first: `cargo build -p cairn-cli`) sending the completions that queue up in it together.
 
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use cairn_core::clock::ManualClock;
 use cairn_proto::v1::worker_service_client::WorkerServiceClient;
 use cairn_proto::v1::{
     Attempt, CompleteBatchRequest, CompleteRequest, PollRequest, ReportOutcome, ReportResponse, complete_result,
 };
-use cairn_tests::http::{HttpApp, step};
+use cairn_tests::http::{CairnProcess, HttpApp, TempDir, step};
 use serde_json::json;
 use tonic::Code;
 
@@ -38,6 +40,9 @@ fn next_step(response: &ReportResponse) -> Vec<&str> {
     response.next.iter().map(|a| a.lease.as_ref().map_or("", |l| l.step_id.as_str())).collect()
 }
 
+/// Items of one batch: a completion, a stale one (an attempt number that was never handed out) and one whose
+/// output is not JSON. Each gets its own answer, in order; the valid one's claim takes the dependent it released
+/// for the batch's worker; a resend of the whole batch is answered as the first time.
 #[tokio::test]
 async fn a_batch_answers_each_completion_as_its_own_call_would() {
     for backend in cairn_tests::backends() {
@@ -47,30 +52,28 @@ async fn a_batch_answers_each_completion_as_its_own_call_would() {
                 {"id":"a","action":"noop","args":{}},
                 {"id":"b","action":"noop","args":{}},
                 {"id":"a2","action":"noop","args":{},"depends_on":["a"],"idempotent":false},
-                {"id":"b2","action":"noop","args":{},"depends_on":["b"],"idempotent":false}
+                {"id":"b2","action":"noop","args":{},"depends_on":["b"]}
             ]}))
             .await;
         let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
         let poll = PollRequest { worker_id: "w1".into(), actions: vec!["noop".into()], max_attempts: 2, wait_ms: 1000 };
         let first = worker.poll(poll).await.unwrap().into_inner().attempts;
-        assert_eq!(first.len(), 2, "{backend:?}: a and b");
+        let of = |id: &str| first.iter().find(|a| a.lease.as_ref().unwrap().step_id == id).unwrap().clone();
+        let (a, mut b_stale) = (of("a"), of("b"));
+        b_stale.lease.as_mut().unwrap().attempt += 5;
         let batch = CompleteBatchRequest {
             worker_id: "w1".into(),
-            items: vec![
-                completion(&first[0], "{}"),
-                completion(&first[1], r#"{"n":1}"#),
-                completion(&first[0], "{oops"),
-            ],
+            items: vec![completion(&a, r#"{"n":1}"#), completion(&b_stale, "{}"), completion(&a, "{oops")],
         };
 
         let answer = worker.complete_batch(batch.clone()).await.unwrap().into_inner();
 
         assert_eq!(answer.results.len(), 3, "{backend:?}: one result per item, in order");
-        let (one, two) = (response(&answer.results[0]), response(&answer.results[1]));
-        assert_eq!((one.outcome(), two.outcome()), (ReportOutcome::Succeeded, ReportOutcome::Succeeded), "{backend:?}");
-        let mut handed = [next_step(one), next_step(two)].concat();
-        handed.sort_unstable();
-        assert_eq!(handed, ["a2", "b2"], "{backend:?}: each item's claim got one of the released dependents");
+        let (done, stale) = (response(&answer.results[0]), response(&answer.results[1]));
+        assert_eq!(done.outcome(), ReportOutcome::Succeeded, "{backend:?}");
+        assert_eq!(next_step(done), ["a2"], "{backend:?}: the dependent it released, for its slot");
+        assert_eq!(stale.outcome(), ReportOutcome::Stale, "{backend:?}: fenced by its own lease");
+        assert!(stale.next.is_empty(), "{backend:?}: nothing else was ready for its slot");
         match &answer.results[2].result {
             Some(complete_result::Result::Error(e)) => {
                 assert_eq!(Code::from(e.code), Code::InvalidArgument, "{backend:?}: {e:?}");
@@ -79,17 +82,20 @@ async fn a_batch_answers_each_completion_as_its_own_call_would() {
             other => panic!("{backend:?}: the malformed item fails alone, not {other:?}"),
         }
         let view = app.run(&run).await;
-        assert_eq!(step(&view, "a")["status"], "succeeded", "{backend:?}");
-        assert_eq!(step(&view, "b")["output"], json!({"n": 1}), "{backend:?}: each item's own output");
-        assert_eq!(step(&view, "a2")["status"], "running", "{backend:?}: leased to w1, the batch's worker");
+        assert_eq!(step(&view, "a")["output"], json!({"n": 1}), "{backend:?}: the item's own output");
+        assert_eq!(step(&view, "b")["status"], "running", "{backend:?}: the stale report changed nothing");
+        let attempts = app.engine().store().attempts(&run).await.unwrap();
+        let a2 = attempts.iter().find(|t| t.step_id == "a2").unwrap();
+        assert_eq!(a2.worker_id.as_deref(), Some("w1"), "{backend:?}: leased to the batch's worker");
 
         // The answer was lost: the same batch again is answered as the first time, item by item.
         let resent = worker.complete_batch(batch).await.unwrap().into_inner();
-        let (again_one, again_two) = (response(&resent.results[0]), response(&resent.results[1]));
-        assert_eq!(again_one.next, one.next, "{backend:?}: the same attempts, not second ones");
-        assert_eq!(again_two.next, two.next, "{backend:?}");
+        let again = response(&resent.results[0]);
+        assert_eq!(again.outcome(), ReportOutcome::Succeeded, "{backend:?}");
+        assert_eq!(again.next, done.next, "{backend:?}: the same attempt, not a second one");
+        assert_eq!(response(&resent.results[1]).outcome(), ReportOutcome::Stale, "{backend:?}");
         let attempts = app.engine().store().attempts(&run).await.unwrap();
-        assert_eq!(attempts.len(), 4, "{backend:?}: one attempt per step: {attempts:?}");
+        assert_eq!(attempts.len(), 3, "{backend:?}: a, b and one attempt of a2: {attempts:?}");
     }
 }
 
@@ -105,4 +111,40 @@ async fn a_batch_over_the_limit_is_refused_whole() {
 
     assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
     assert!(refused.message().contains("at most 256"), "{refused:?}");
+}
+
+/// Completions received by the orchestrator over `call`, from its `/metrics`.
+async fn completions_received(app: &HttpApp, call: &str) -> f64 {
+    let text = reqwest::get(format!("{}/metrics", app.base_url)).await.unwrap().text().await.unwrap();
+    let sample = format!("cairn_worker_completions_total{{call=\"{call}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&sample)).map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// A worker with 64 slots on 400 independent steps: more completions finish at once than it keeps calls in
+/// flight (16), so some go in `CompleteBatch`es; every step still runs exactly once and every completion is
+/// counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_worker_sends_queued_completions_together_and_each_step_runs_once() {
+    for backend in cairn_tests::backends() {
+        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+        let dir = TempDir::new();
+        let steps: Vec<_> = (0..400).map(|i| json!({"id": format!("s{i:03}"), "action": "noop", "args": {}})).collect();
+        let run = app.submit(json!({"goal": "many leaves", "steps": steps})).await;
+        let worker = CairnProcess::worker("worker", &app.grpc_url, dir.path(), &["--concurrency", "64"], &[]);
+
+        let done = app
+            .wait_run(&run, "finished", Duration::from_secs(120), |r| {
+                r["status"] != "running" && r["status"] != "pending"
+            })
+            .await;
+
+        assert_eq!(done["status"], "succeeded", "{backend:?}: worker log:\n{}", worker.log());
+        let attempts = app.engine().store().attempts(&run).await.unwrap();
+        assert_eq!(attempts.len(), 400, "{backend:?}: one attempt per step, none lost or repeated");
+        assert!(attempts.iter().all(|a| a.status == "succeeded"), "{backend:?}");
+        let (alone, batched) =
+            (completions_received(&app, "complete").await, completions_received(&app, "complete_batch").await);
+        assert_eq!(alone + batched, 400.0, "{backend:?}: each completion received once");
+        assert!(batched > 0.0, "{backend:?}: some went together ({alone} alone); worker log:\n{}", worker.log());
+    }
 }

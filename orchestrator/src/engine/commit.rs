@@ -1,7 +1,8 @@
 //! Group commit of worker reports and claims (issue 8).
 //!
 //! Reports (`Complete`, `Fail`) and claims (`Poll`) queue to one writer task, which applies whatever has
-//! queued — up to [`MAX_BATCH`] operations — in a single transaction: one commit, one `fsync`, for the whole
+//! queued — up to [`MAX_BATCH`] operations, more only by the rest of a worker's `CompleteBatch` — in a single
+//! transaction: one commit, one `fsync`, for the whole
 //! batch. An operation that arrives on its own is written at once, so an idle system adds no delay, and under
 //! load batches grow by themselves while the previous commit is in flight. Each operation is answered only
 //! after its batch committed (nothing is acknowledged, and no step handed out, before it is durable), and steps
@@ -49,7 +50,8 @@ pub(super) enum Pending {
     },
     /// Operations queued as one message so that the writer takes them all or none: a worker's `CompleteBatch`,
     /// answered only when its last item is, would otherwise wait for a second batch whenever the writer woke
-    /// between two of its items. The writer's [`MAX_BATCH`] counts such a group as one message.
+    /// between two of its items. The writer's [`MAX_BATCH`] counts a group's operations; the queue's bound
+    /// ([`QUEUE`]) counts it as one message (a group holds at most 256 reports, each with its claim).
     Together(Vec<Pending>),
 }
 
@@ -76,7 +78,8 @@ pub(super) fn spawn_writer(engine: Weak<Inner>, mut queue: mpsc::Receiver<Pendin
         let mut batch = Vec::with_capacity(MAX_BATCH);
         // Made with the first batch (the store lives in the engine); holds its connection between batches.
         let mut writer: Option<BatchWriter> = None;
-        while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        while let Some(first) = queue.recv().await {
+            take_batch(first, &mut queue, &mut batch);
             let Some(inner) = engine.upgrade() else { break };
             let writer = writer.get_or_insert_with(|| inner.store.batch_writer());
             let before = (writer.one_call_counts(), writer.leaf_call_counts());
@@ -87,6 +90,28 @@ pub(super) fn spawn_writer(engine: Weak<Inner>, mut queue: mpsc::Receiver<Pendin
             engine.inner.metrics.one_call("leaves", since(before.1, after.1));
         }
     });
+}
+
+/// `first` and what else is queued into `batch`, until it holds [`MAX_BATCH`] operations (a group counts its
+/// operations, and is never split, so a batch may end up to one worker's `CompleteBatch` over the limit).
+fn take_batch(first: Pending, queue: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>) {
+    let mut operations = first.operations();
+    batch.push(first);
+    while operations < MAX_BATCH {
+        let Ok(op) = queue.try_recv() else { break };
+        operations += op.operations();
+        batch.push(op);
+    }
+}
+
+impl Pending {
+    /// Operations in this message: 1, or a group's count.
+    fn operations(&self) -> usize {
+        match self {
+            Pending::Together(ops) => ops.iter().map(Pending::operations).sum(),
+            _ => 1,
+        }
+    }
 }
 
 /// The calls counted in `after` that `before` had not.
@@ -177,28 +202,44 @@ impl Engine {
         (report, claim)
     }
 
-    /// [`Engine::queue_report_and_claim`] for several pairs queued as one message ([`Pending::Together`]):
-    /// their outcomes in the order given.
+    /// [`Engine::queue_report_and_claim`] (or [`Engine::queue_report`] where no claim is given) for several
+    /// reports queued as one message ([`Pending::Together`]): their outcomes in the order given (`Ok` and no
+    /// steps for a claim not given). Nothing is queued for no reports.
     pub(super) async fn queue_reports_and_claims(
         &self,
-        pairs: Vec<(ReportItem, ClaimRequest)>,
+        pairs: Vec<(ReportItem, Option<ClaimRequest>)>,
     ) -> Vec<(StoreResult<Report>, StoreResult<ClaimAnswer>)> {
+        if pairs.is_empty() {
+            return Vec::new();
+        }
         let (mut ops, mut replies) = (Vec::with_capacity(pairs.len()), Vec::with_capacity(pairs.len()));
         for (item, request) in pairs {
             let (report_reply, report) = oneshot::channel();
-            let (claim_reply, claim) = oneshot::channel();
-            ops.push(Pending::ReportAndClaim { item, report_reply, request, claim_reply });
-            replies.push((report, claim));
+            match request {
+                Some(request) => {
+                    let (claim_reply, claim) = oneshot::channel();
+                    ops.push(Pending::ReportAndClaim { item, report_reply, request, claim_reply });
+                    replies.push((report, Some(claim)));
+                }
+                None => {
+                    ops.push(Pending::Report(item, report_reply));
+                    replies.push((report, None));
+                }
+            }
         }
-        let queued = self.enqueue(Pending::Together(ops)).await;
+        let queued = self.enqueue(Pending::Together(ops)).await.is_ok();
         let mut outcomes = Vec::with_capacity(replies.len());
         for (report, claim) in replies {
-            if queued.is_err() {
+            if !queued {
                 outcomes.push((Err(StoreError::Stopped), Err(StoreError::Stopped)));
                 continue;
             }
+            // The writer is gone only when the engine is shutting down: retryable, like a lost connection.
             let report = report.await.map_err(|_| StoreError::Stopped).and_then(|r| r);
-            let claim = claim.await.map_err(|_| StoreError::Stopped).and_then(|c| c);
+            let claim = match claim {
+                Some(claim) => claim.await.map_err(|_| StoreError::Stopped).and_then(|c| c),
+                None => Ok(ClaimAnswer::Claimed(Vec::new())),
+            };
             outcomes.push((report, claim));
         }
         outcomes

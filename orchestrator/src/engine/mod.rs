@@ -70,7 +70,7 @@ pub struct CompletionAndClaim<'a> {
     pub output: &'a Value,
     /// Actions the worker's next attempts may run.
     pub actions: &'a [String],
-    /// Most attempts to claim.
+    /// Most attempts to claim; 0: the completion alone.
     pub limit: u32,
 }
 
@@ -322,8 +322,10 @@ impl Engine {
         (report, claim.map(claimed_of))
     }
 
-    /// [`Engine::complete_and_claim`] for several completions at once, queued together so that they share one
-    /// batch of the writer (a worker's `CompleteBatch`). Returns each pair of outcomes in the order given.
+    /// [`Engine::complete_and_claim`] (or [`Engine::complete`] for those whose `limit` is 0) for several
+    /// completions at once, queued together so that they are written in one batch of the writer (a worker's
+    /// `CompleteBatch`). Returns each pair of outcomes in the order given (`Ok` and no steps for a claim not
+    /// asked for).
     pub async fn complete_and_claim_all(
         &self,
         completions: &[CompletionAndClaim<'_>],
@@ -333,12 +335,12 @@ impl Engine {
             .iter()
             .map(|c| {
                 let item = ReportItem { lease: c.lease.clone(), kind: ReportKind::Complete(c.output.clone()) };
-                let request = ClaimRequest {
+                let request = (c.limit > 0).then(|| ClaimRequest {
                     worker_id: c.lease.worker_id.clone(),
                     actions: c.actions.to_vec(),
                     limit: c.limit,
                     now_ms,
-                };
+                });
                 (item, request)
             })
             .collect();

@@ -94,6 +94,17 @@ impl OrchestratorClient {
         &self.worker_id
     }
 
+    /// The generated client, for calls made outside these methods (the completion queue's).
+    pub(crate) fn service(&self) -> Service {
+        self.inner.clone()
+    }
+
+    /// A client on the same channel and worker id with a completion queue of its own, not yet started: what the
+    /// completion queue's task holds, so that the queue's last sender is a client's and the task ends with them.
+    pub(crate) fn without_completions(&self) -> Self {
+        Self { inner: self.inner.clone(), worker_id: Arc::clone(&self.worker_id), completions: Arc::default() }
+    }
+
     /// Registers (or refreshes) the worker and its actions.
     pub(crate) async fn register(&self, actions: &[pb::ActionDescriptor]) -> Result<RegisterResponse, Status> {
         let req = RegisterRequest { worker_id: self.worker_id.to_string(), actions: actions.to_vec() };
@@ -140,8 +151,7 @@ impl OrchestratorClient {
             next_max_attempts,
             next_actions: next_actions.to_vec(),
         };
-        let completions =
-            self.completions.get_or_init(|| Completions::start(self.inner.clone(), Arc::clone(&self.worker_id)));
+        let completions = self.completions.get_or_init(|| Completions::start(self));
         let response = completions.complete(req).await?;
         Ok((response.outcome(), response.next))
     }

@@ -244,7 +244,7 @@ fn spawn_tracked(tracker: &TaskTracker, task: impl std::future::Future<Output = 
 /// again at once and the attempt does not count. An orchestrator that predates the field records the failure
 /// carried along instead: retryable and `did_not_take_effect`, so it is retried under the step's policy rather
 /// than waiting for lease expiry (or going to `outcome_unknown` when the step is not idempotent).
-async fn return_unstarted(client: &OrchestratorClient, attempt: pb::Attempt) {
+pub(crate) async fn return_unstarted(client: &OrchestratorClient, attempt: pb::Attempt) {
     let Some(lease) = attempt.lease else { return };
     let failure = pb::Failure {
         code: WORKER_SHUTDOWN.into(),

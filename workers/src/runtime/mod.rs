@@ -10,7 +10,7 @@
 //! | concurrency limit | apalis (`concurrency`) | at most `concurrency` attempts at once; no fetching while full |
 //! | slot release | ours (`fetch`) | gives the attempt's slot back to the fetcher once the attempt is over |
 //! | tracing | apalis `TraceLayer` | a span per attempt: `cairn.run_id`, `cairn.step_id`, `cairn.attempt`, `cairn.action`, `cairn.failure_code` |
-//! | report | apalis acknowledgement (`report`) | `Complete` / `Fail`, retried with backoff while the orchestrator is away |
+//! | report | apalis acknowledgement (`report`) | `Complete` (through `completions`, batched under load) / `Fail`, retried with backoff while the orchestrator is away |
 //! | panic capture | apalis `CatchPanicLayer` | a panic becomes an `action_error` failure record |
 //! | deadline | ours (`deadline`) | past `remaining_ms`: cancels the action's context, drops its future, fails with `timeout` |
 //! | handler | ours (`handler`) | runs the action next to its heartbeat loop; stops it when the lease is gone |
@@ -23,6 +23,8 @@
 //!
 //! Module map:
 //! - `client`: the protocol client (token, worker id, call deadlines) and which errors are transient.
+//! - `completions`: one queue per process for every `Complete`; what queues while 16 calls are out goes
+//!   together as a `CompleteBatch`.
 //! - `fetch`: the backend's fetcher (slots, long poll, backoff, re-registration, returning unstarted attempts).
 //! - `job`: an attempt as an apalis task, with its [`crate::context::ActionContext`].
 //! - `progress`: heartbeats and checkpoints over the protocol.

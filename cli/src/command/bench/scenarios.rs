@@ -76,32 +76,42 @@ pub(super) async fn throughput(client: &Client) -> anyhow::Result<Value> {
     let (run_id, _) = submit(client, "bench: throughput", steps).await?;
     let acknowledged = epoch_ms()?;
     let timeline = Timeline::of_finished_run(client, &run_id, Duration::from_millis(100)).await?;
-    let (mut first_ready, mut first_started, mut last_done) = (i64::MAX, i64::MAX, i64::MIN);
+    let mut times = Vec::with_capacity(ids.len());
     for id in &ids {
-        first_ready = first_ready.min(timeline.get("step_ready", id)?);
-        first_started = first_started.min(timeline.get("step_started", id)?);
-        last_done = last_done.max(timeline.get("step_succeeded", id)?);
+        let at = |kind: &str| timeline.get(kind, id);
+        times.push(StepTimes { ready: at("step_ready")?, started: at("step_started")?, done: at("step_succeeded")? });
     }
+    Ok(drain_figures(acknowledged, &times))
+}
+
+/// One step's `step_ready`, `step_started` and `step_succeeded` times, ms since the epoch.
+#[derive(Debug, Clone, Copy)]
+struct StepTimes {
+    ready: i64,
+    started: i64,
+    done: i64,
+}
+
+/// `throughput`'s figures for steps submitted in one run whose submission was acknowledged at `acknowledged`
+/// (ms, this host's clock; see [`throughput`]).
+#[allow(clippy::cast_precision_loss)]
+fn drain_figures(acknowledged: i64, steps: &[StepTimes]) -> Value {
+    let first_ready = steps.iter().map(|s| s.ready).min().unwrap_or(0);
+    let first_started = steps.iter().map(|s| s.started).min().unwrap_or(0);
+    let last_done = steps.iter().map(|s| s.done).max().unwrap_or(0);
     let claimable = acknowledged.min(first_started).max(first_ready);
-    let mut latency = Vec::with_capacity(ids.len());
-    for id in &ids {
-        let from = timeline.get("step_ready", id)?.max(claimable);
-        #[allow(clippy::cast_precision_loss)]
-        latency.push((timeline.get("step_started", id)? - from) as f64);
-    }
-    let latency = sorted(latency);
-    #[allow(clippy::cast_precision_loss)]
-    let per_sec = |from: i64| (ids.len() as f64 * 1000.0 / (last_done - from).max(1) as f64).round();
-    Ok(json!({
+    let latency = sorted(steps.iter().map(|s| (s.started - s.ready.max(claimable)) as f64).collect());
+    let per_sec = |from: i64| (steps.len() as f64 * 1000.0 / (last_done - from).max(1) as f64).round();
+    json!({
         "scenario": "throughput",
-        "steps": ids.len(),
+        "steps": steps.len(),
         "span_ms": (last_done - claimable).max(1),
         "steps_per_sec": per_sec(claimable),
         "dispatch_latency_ms_p50": percentile(&latency, 0.5),
         "dispatch_latency_ms_p99": percentile(&latency, 0.99),
         "submit_ms": claimable - first_ready,
         "steps_per_sec_from_ready": per_sec(first_ready),
-    }))
+    })
 }
 
 /// This host's clock, in milliseconds since the Unix epoch (the unit of the events' `at_ms`).
@@ -165,4 +175,50 @@ fn rss_mb(pid: u32) -> anyhow::Result<f64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .context("no VmRSS in /proc status")?;
     Ok(round2(kb as f64 / 1024.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Four steps stamped ready at 1,000 by a submission acknowledged at 1,400, started 1,410–1,440 and done by
+    /// 1,500.
+    fn four_steps() -> Vec<StepTimes> {
+        (0..4).map(|i| StepTimes { ready: 1_000, started: 1_410 + 10 * i, done: 1_420 + 10 * i + 50 }).collect()
+    }
+
+    #[test]
+    fn the_drain_starts_at_the_acknowledgement_and_the_submission_is_reported_apart() {
+        let figures = drain_figures(1_400, &four_steps());
+
+        assert_eq!(figures["submit_ms"], 400);
+        assert_eq!(figures["span_ms"], 100, "1,500 − 1,400");
+        assert_eq!(figures["steps_per_sec"], 40.0, "4 steps in 100 ms");
+        assert_eq!(figures["steps_per_sec_from_ready"], 8.0, "4 steps in 500 ms, the figure up to window L");
+        assert_eq!(figures["dispatch_latency_ms_p50"], 20.0, "started 10, 20, 30, 40 ms after 1,400");
+        assert_eq!(figures["dispatch_latency_ms_p99"], 40.0);
+    }
+
+    #[test]
+    fn a_step_started_before_the_acknowledgement_arrived_starts_the_drain() {
+        let figures = drain_figures(1_430, &four_steps());
+
+        assert_eq!(figures["submit_ms"], 410, "the first start, 1,410, is the earlier");
+        assert_eq!(figures["span_ms"], 90);
+        assert_eq!(figures["dispatch_latency_ms_p50"], 10.0, "no latency is negative: 0, 10, 20, 30");
+    }
+
+    #[test]
+    fn a_step_ready_after_the_drain_began_waits_from_its_own_ready_time() {
+        let mut steps = four_steps();
+        steps[3] = StepTimes { ready: 1_460, started: 1_465, done: 1_480 };
+
+        let figures = drain_figures(1_400, &steps);
+
+        assert_eq!(
+            figures["dispatch_latency_ms_p99"], 30.0,
+            "5 ms for the late step (not 65); 10, 20, 30 for the others"
+        );
+        assert_eq!(figures["dispatch_latency_ms_p50"], 10.0);
+    }
 }

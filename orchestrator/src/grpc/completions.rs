@@ -2,43 +2,57 @@
 //!
 //! An item of a batch is answered exactly as the same `Complete` would be: fenced by its lease, its claim in the
 //! same writer batch as its completion, a resend answered from [`HandedReplies`] while its attempts are young.
-//! The batch's fresh items are queued to the writer as one message ([`Engine::complete_and_claim_all`]), so they
-//! share a transaction whenever the writer is idle, and the call is answered when its last item is.
+//! The batch's items that reach the writer are queued to it as one message ([`Engine::complete_and_claim_all`]),
+//! so they are written in one batch of the writer, and the call is answered when its last item is. Every
+//! answer that handed out attempts is remembered before anything else is awaited, so a call cut off while
+//! attempts claimed for an item are given back still leaves the others to a resend.
 //!
 //! [`HandedReplies`]: crate::replies::HandedReplies
+//! [`Engine::complete_and_claim_all`]: crate::engine::Engine::complete_and_claim_all
 
+use cairn_proto::MAX_COMPLETE_BATCH_ITEMS;
 use cairn_proto::v1::{self as pb, CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, ReportResponse};
-use cairn_store::{Claimed, HeartbeatOutcome, Lease, Report, StoreResult};
+use cairn_store::{Claimed, HeartbeatOutcome, Lease, Report, StoreError, StoreResult};
 use serde_json::Value;
 use tonic::Status;
 
+use super::{WorkerGrpc, attempt, json, lease, outcome, unavailable};
 use crate::engine::CompletionAndClaim;
-use crate::grpc::{WorkerGrpc, attempt, json, lease, outcome, unavailable};
-
-/// Most items a `CompleteBatch` may carry (the protocol's limit).
-pub const MAX_BATCH_ITEMS: usize = 256;
 
 /// A completion checked and not yet written.
 enum Prepared {
     /// Answered without the writer: a malformed item, or a resend answered from the first answer.
     Answered(Result<ReportResponse, Status>),
-    /// A completion that asks for no attempt (its worker is stopping).
-    Alone { lease: Lease, output: Value },
-    /// A completion and the claim for the slot it frees.
-    WithClaim { lease: Lease, output: Value, actions: Vec<String>, limit: u32 },
+    /// For the writer: the completion and, unless `limit` is 0 (its worker is stopping), the claim for the slot
+    /// it frees.
+    Write { lease: Lease, output: Value, actions: Vec<String>, limit: u32 },
+}
+
+/// A written completion's answer, before the attempts of a failed one are given back.
+enum Settled {
+    Answered(Result<ReportResponse, Status>),
+    /// The completion was not recorded: `claimed` goes back, and the worker gets `status` (and resends).
+    GiveBack {
+        claimed: Vec<Claimed>,
+        status: Status,
+    },
 }
 
 impl WorkerGrpc {
     /// One completion, as `Complete` answers it (see the protocol file): the outcome and any attempts claimed
     /// with it, or the status the call fails with.
-    pub(crate) async fn complete_one(&self, req: CompleteRequest) -> Result<ReportResponse, Status> {
+    pub(super) async fn complete_one(&self, req: CompleteRequest) -> Result<ReportResponse, Status> {
         match self.prepare(req).await {
             Prepared::Answered(answer) => answer,
-            Prepared::Alone { lease, output } => self.complete_alone(&lease, &output).await,
-            Prepared::WithClaim { lease, output, actions, limit } => {
+            Prepared::Write { lease, output, limit: 0, .. } => {
+                let report = self.engine.complete(&lease, &output).await.map_err(|e| unavailable(&e))?;
+                Ok(outcome(report))
+            }
+            Prepared::Write { lease, output, actions, limit } => {
                 // One operation for the writer: the claim sees what the completion released, in the same batch.
                 let (report, claimed) = self.engine.complete_and_claim(&lease, &output, &actions, limit).await;
-                self.answer(&lease, report, claimed).await
+                let settled = self.settle(&lease, report, claimed);
+                self.finish(settled).await
             }
         }
     }
@@ -46,11 +60,12 @@ impl WorkerGrpc {
     /// `CompleteBatch`: each item as [`WorkerGrpc::complete_one`] would answer it, in the order given.
     ///
     /// # Errors
-    /// `INVALID_ARGUMENT` for more than [`MAX_BATCH_ITEMS`] items; everything else is answered per item.
-    pub(crate) async fn complete_all(&self, req: CompleteBatchRequest) -> Result<CompleteBatchResponse, Status> {
-        if req.items.len() > MAX_BATCH_ITEMS {
+    /// `INVALID_ARGUMENT` for more than [`MAX_COMPLETE_BATCH_ITEMS`] items; everything else is answered per
+    /// item.
+    pub(super) async fn complete_all(&self, req: CompleteBatchRequest) -> Result<CompleteBatchResponse, Status> {
+        if req.items.len() > MAX_COMPLETE_BATCH_ITEMS {
             return Err(Status::invalid_argument(format!(
-                "a batch carries at most {MAX_BATCH_ITEMS} completions, not {}",
+                "a batch carries at most {MAX_COMPLETE_BATCH_ITEMS} completions, not {}",
                 req.items.len()
             )));
         }
@@ -58,27 +73,30 @@ impl WorkerGrpc {
         for item in req.items {
             prepared.push(self.prepare(CompleteRequest { worker_id: req.worker_id.clone(), ..item }).await);
         }
-        let calls: Vec<CompletionAndClaim<'_>> = prepared
+        let writes: Vec<CompletionAndClaim<'_>> = prepared
             .iter()
             .filter_map(|p| match p {
-                Prepared::WithClaim { lease, output, actions, limit } => {
+                Prepared::Write { lease, output, actions, limit } => {
                     Some(CompletionAndClaim { lease, output, actions, limit: *limit })
                 }
-                _ => None,
+                Prepared::Answered(_) => None,
             })
             .collect();
-        let mut outcomes = self.engine.complete_and_claim_all(&calls).await.into_iter();
-        let mut results = Vec::with_capacity(prepared.len());
-        for p in prepared {
-            let answer = match p {
-                Prepared::Answered(answer) => answer,
-                Prepared::Alone { lease, output } => self.complete_alone(&lease, &output).await,
-                Prepared::WithClaim { lease, .. } => match outcomes.next() {
-                    Some((report, claimed)) => self.answer(&lease, report, claimed).await,
-                    None => Err(Status::internal("a completion of the batch was left unanswered")),
+        let mut outcomes = self.engine.complete_and_claim_all(&writes).await.into_iter();
+        // Settled (and remembered) all before any give-back is awaited.
+        let settled: Vec<Settled> = prepared
+            .into_iter()
+            .map(|p| match p {
+                Prepared::Answered(answer) => Settled::Answered(answer),
+                Prepared::Write { lease, .. } => match outcomes.next() {
+                    Some((report, claimed)) => self.settle(&lease, report, claimed),
+                    None => Settled::Answered(Err(unavailable(&StoreError::Stopped))),
                 },
-            };
-            results.push(pb::CompleteResult { result: Some(item_result(answer)) });
+            })
+            .collect();
+        let mut results = Vec::with_capacity(settled.len());
+        for s in settled {
+            results.push(pb::CompleteResult { result: Some(item_result(self.finish(s).await)) });
         }
         Ok(CompleteBatchResponse { results })
     }
@@ -91,17 +109,12 @@ impl WorkerGrpc {
             Err(status) => return Prepared::Answered(Err(status)),
         };
         if req.next_max_attempts == 0 {
-            return Prepared::Alone { lease, output };
+            return Prepared::Write { lease, output, actions: Vec::new(), limit: 0 };
         }
         if let Some(answer) = self.replay(&lease).await {
             return Prepared::Answered(answer);
         }
-        Prepared::WithClaim { lease, output, actions: req.next_actions, limit: req.next_max_attempts.clamp(1, 256) }
-    }
-
-    async fn complete_alone(&self, lease: &Lease, output: &Value) -> Result<ReportResponse, Status> {
-        let report = self.engine.complete(lease, output).await.map_err(|e| unavailable(&e))?;
-        Ok(outcome(report))
+        Prepared::Write { lease, output, actions: req.next_actions, limit: req.next_max_attempts.clamp(1, 256) }
     }
 
     /// The first answer to a resent completion whose answer never reached the worker, with the attempts it
@@ -126,13 +139,9 @@ impl WorkerGrpc {
         Some(Ok(response))
     }
 
-    /// The answer to a written completion and its claim, remembered for a resend.
-    async fn answer(
-        &self,
-        lease: &Lease,
-        report: StoreResult<Report>,
-        claimed: StoreResult<Vec<Claimed>>,
-    ) -> Result<ReportResponse, Status> {
+    /// The answer to a written completion and its claim, remembered for a resend; or, when the completion was
+    /// not recorded, the attempts claimed with it to give back.
+    fn settle(&self, lease: &Lease, report: StoreResult<Report>, claimed: StoreResult<Vec<Claimed>>) -> Settled {
         // A failed claim costs the worker nothing but this shortcut: its slot goes back to polling.
         let claimed = claimed.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "claim after a completion failed; the worker polls instead");
@@ -140,19 +149,26 @@ impl WorkerGrpc {
         });
         let report = match report {
             Ok(report) => report,
-            Err(e) => {
-                // The worker resends the report; the attempts claimed for it would otherwise wait unseen for
-                // their leases to expire.
-                self.engine.give_back(claimed, "not delivered: the completion it came with was not recorded").await;
-                return Err(unavailable(&e));
-            }
+            Err(e) => return Settled::GiveBack { claimed, status: unavailable(&e) },
         };
         let now = self.engine.now_ms();
         let lease_ttl_ms = i64::try_from(self.engine.config().lease_ttl.as_millis()).unwrap_or(i64::MAX);
         self.replies.remember(lease, report, &claimed, now, lease_ttl_ms);
         let mut response = outcome(report);
         response.next = claimed.into_iter().map(|c| attempt(c, now)).collect();
-        Ok(response)
+        Settled::Answered(Ok(response))
+    }
+
+    async fn finish(&self, settled: Settled) -> Result<ReportResponse, Status> {
+        match settled {
+            Settled::Answered(answer) => answer,
+            Settled::GiveBack { claimed, status } => {
+                // The worker resends the report; the attempts claimed for it would otherwise wait unseen for
+                // their leases to expire.
+                self.engine.give_back(claimed, "not delivered: the completion it came with was not recorded").await;
+                Err(status)
+            }
+        }
     }
 }
 
