@@ -186,8 +186,10 @@ impl WorkerService for WorkerGrpc {
         request: Request<CompleteBatchRequest>,
     ) -> Result<Response<CompleteBatchResponse>, Status> {
         let req = request.into_inner();
-        self.engine.metrics().completions_received("complete_batch", req.items.len());
-        Ok(Response::new(self.complete_all(req).await?))
+        let items = req.items.len();
+        let answer = self.complete_all(req).await?;
+        self.engine.metrics().completions_received("complete_batch", items);
+        Ok(Response::new(answer))
     }
 
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<ReportResponse>, Status> {

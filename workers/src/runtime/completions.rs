@@ -1,11 +1,12 @@
 //! Completions that queue up while calls are in flight go to the orchestrator together (`CompleteBatch`, issue 8).
 //!
-//! Every slot's `Complete` passes through one task per worker process. The task sends what is queued as soon as
-//! fewer than [`IN_FLIGHT`] of this worker's calls are out, so a lone completion (a chain step, a quiet worker)
-//! leaves at once as a plain `Complete`, and under load the completions that finished while all calls were out
-//! share the next: one HTTP/2 exchange, one pass through the orchestrator's service stack, and one message to its
-//! writer (so one transaction). A call carries at most [`MAX_COMPLETE_BATCH_ITEMS`] completions and, beyond its
-//! first, at most [`MAX_BATCH_BYTES`] of them, well under gRPC's 4 MiB message limit.
+//! Every slot's `Complete` passes through one task per worker process. Whenever fewer than [`IN_FLIGHT`] of this
+//! worker's calls are out, the task sends everything queued in one call, so a lone completion (a chain step, a
+//! quiet worker) leaves at once as a plain `Complete`, and under load the completions that finished while all
+//! calls were out (or while the task was waking) share the next: one HTTP/2 exchange, one pass through the
+//! orchestrator's service stack, and one message to its writer (so one transaction). A call carries at most
+//! [`MAX_COMPLETE_BATCH_ITEMS`] completions and at most [`MAX_BATCH_BYTES`] of them (or one larger completion
+//! alone), well under gRPC's 4 MiB message limit.
 //!
 //! Each item is answered as its own call would have been (the orchestrator runs `Complete`'s logic per item), so
 //! the reporter's retries, fencing and resend rules are unchanged: a call that fails as a whole fails each of
@@ -15,7 +16,8 @@
 //! - a reporter that gave up or was dropped (the runtime's drain timeout) before its completion left: the
 //!   completion still goes, but asks for no next attempt;
 //! - one dropped while its call was out: attempts its answer hands out are returned unstarted
-//!   (`FailRequest.not_started`), so they are not left leased to nobody.
+//!   (`FailRequest.not_started`), so they are not left leased to nobody. Best effort: if the process exits
+//!   first (the answer came after the drain), their leases expire instead, as for any attempt a worker lost.
 //!
 //! Batching is turned off for the rest of the process, and that call's items answered `UNAVAILABLE` (their
 //! reporters resend them as plain `Complete`s, which a resend replay answers as the first time), when the
@@ -34,8 +36,8 @@ use tonic::{Code, Status};
 use super::client::{CALL_TIMEOUT, OrchestratorClient, timed};
 use super::fetch::return_unstarted;
 
-/// Most encoded bytes of completions in one call beyond its first (gRPC refuses messages over 4 MiB by default;
-/// an output may be up to `max_output_bytes`, 1 MiB by default, so a call's first item may be that big alone).
+/// Most encoded bytes of completions in one call, unless its first is bigger and goes alone (gRPC refuses
+/// messages over 4 MiB by default; an output may be up to `max_output_bytes`, 1 MiB by default).
 const MAX_BATCH_BYTES: usize = 1024 * 1024;
 /// Calls carrying completions in flight at once, per worker process; what finishes while all are out waits for
 /// the first to end and goes in the next. Measured with `cairn bench throughput` (README "Performance", window
@@ -191,8 +193,9 @@ fn answer_each(client: &OrchestratorClient, answers: Vec<Answer>, results: Vec<p
 mod tests {
     use super::*;
 
-    #[test]
-    fn each_completion_gets_its_own_items_answer_and_a_missing_one_is_retryable() {
+    // A runtime: the client's lazily dialled channel spawns its buffer task when made.
+    #[tokio::test]
+    async fn each_completion_gets_its_own_items_answer_and_a_missing_one_is_retryable() {
         let (answers, mut answered): (Vec<Answer>, Vec<_>) = (0..3).map(|_| oneshot::channel()).unzip();
         let ok = pb::CompleteResult { result: Some(complete_result::Result::Response(ReportResponse::default())) };
         let refused = pb::CompleteResult {
