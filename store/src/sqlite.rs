@@ -24,7 +24,7 @@ use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Sqlite, release: (crate::sql::RELEASE_SQLITE, |parents: &[&str]| {
     serde_json::Value::from(parents.to_vec()).to_string()
-}), events: events_insert, run_insert: (crate::sql::RUN_INSERT, stores_plan: false), lists_prepared: true);
+}), events: events_insert, steps: steps_insert, run_insert: (crate::sql::RUN_INSERT, stores_plan: false), lists_prepared: true);
 // Statements over several runs are prepared and cached per count: preparing them for every batch took three
 // prepares per batch in `cairn bench dispatch` (about 2,600 batches in a run, counted with a uprobe on
 // `sqlite3_prepare_v3`). sqlx keeps the connection's 100 most recently used statements, so sizes seen once
@@ -54,6 +54,48 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
 const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, \
      deadline_at, heartbeat_timeout_ms FROM steps WHERE status = 'running' AND lease_expires_at <= $1 \
      ORDER BY lease_expires_at LIMIT $2 + 0";
+
+/// Inserts a new run's steps: multi-row inserts of up to 1,000 rows.
+async fn steps_insert(
+    tx: &mut Transaction<'_, Sqlite>,
+    run_id: &str,
+    rows: &[crate::rows::StepInsert],
+    now: i64,
+) -> StoreResult<()> {
+    // 21 binds per row; 1000 rows stay under SQLite's 32766-variable limit.
+    for chunk in rows.chunks(1000) {
+        let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+            "INSERT INTO steps (run_id, step_id, position, action, status, args, when_expr, trigger_rule, \
+             idempotent, timeout_ms, heartbeat_timeout_ms, retry, approval, dep_count, pending_deps, \
+             available_at, not_before_at, not_before_local, updated_at, child_count, successor_action) ",
+        );
+        q.push_values(chunk, |mut b, r| {
+            b.push_bind(run_id)
+                .push_bind(r.step_id.as_str())
+                .push_bind(r.position)
+                .push_bind(r.action.as_str())
+                .push_bind(r.status)
+                .push_bind(r.args.as_str())
+                .push_bind(r.when_expr.as_deref())
+                .push_bind(r.trigger_rule.as_str())
+                .push_bind(r.idempotent)
+                .push_bind(r.timeout_ms)
+                .push_bind(r.heartbeat_timeout_ms)
+                .push_bind(r.retry.as_str())
+                .push_bind(r.approval.as_deref())
+                .push_bind(r.dep_count)
+                .push_bind(r.dep_count)
+                .push_bind(r.ready_at(now))
+                .push_bind(r.not_before_at)
+                .push_bind(r.not_before_local.as_deref())
+                .push_bind(now)
+                .push_bind(r.child_count)
+                .push_bind(r.successor_action.as_deref());
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
 
 /// Appends events in the order given (their `id`s follow it): multi-row inserts of up to 5,000 rows (5 binds a
 /// row, under SQLite's 32,766-parameter limit).

@@ -188,7 +188,7 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
 /// and `lists_prepared`: whether a statement whose text varies with the number of runs it names is prepared and
 /// cached, one per count.
 macro_rules! impl_step_tx {
-    ($db:ty, release: ($release_sql:expr, $release_parents:expr), events: $events:path, run_insert: ($run_sql:expr, stores_plan: $run_sql_stores_plan:expr), lists_prepared: $lists_prepared:expr) => {
+    ($db:ty, release: ($release_sql:expr, $release_parents:expr), events: $events:path, steps: $steps:path, run_insert: ($run_sql:expr, stores_plan: $run_sql_stores_plan:expr), lists_prepared: $lists_prepared:expr) => {
         impl $crate::tx::StepTx for sqlx::Transaction<'_, $db> {
             async fn run_by_key(&mut self, key: &str) -> $crate::error::StoreResult<Option<(String, String, String)>> {
                 Ok(sqlx::query_as::<$db, (String, String, String)>($crate::sql::RUN_BY_KEY)
@@ -224,41 +224,13 @@ macro_rules! impl_step_tx {
                 rows: &[$crate::rows::StepInsert],
                 now: i64,
             ) -> $crate::error::StoreResult<()> {
-                // 21 binds per row; 1000 rows stay under SQLite's 32766-variable limit.
-                for chunk in rows.chunks(1000) {
-                    let mut q = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO steps (run_id, step_id, position, action, status, args, when_expr, trigger_rule, \
-                         idempotent, timeout_ms, heartbeat_timeout_ms, retry, approval, dep_count, pending_deps, \
-                         available_at, not_before_at, not_before_local, updated_at, child_count, successor_action) ",
-                    );
-                    q.push_values(chunk, |mut b, r| {
-                        b.push_bind(run_id)
-                            .push_bind(r.step_id.as_str())
-                            .push_bind(r.position)
-                            .push_bind(r.action.as_str())
-                            .push_bind(r.status)
-                            .push_bind(r.args.as_str())
-                            .push_bind(r.when_expr.as_deref())
-                            .push_bind(r.trigger_rule.as_str())
-                            .push_bind(r.idempotent)
-                            .push_bind(r.timeout_ms)
-                            .push_bind(r.heartbeat_timeout_ms)
-                            .push_bind(r.retry.as_str())
-                            .push_bind(r.approval.as_deref())
-                            .push_bind(r.dep_count)
-                            .push_bind(r.dep_count)
-                            .push_bind(r.ready_at(now))
-                            .push_bind(r.not_before_at)
-                            .push_bind(r.not_before_local.as_deref())
-                            .push_bind(now)
-                            .push_bind(r.child_count)
-                            .push_bind(r.successor_action.as_deref());
-                    });
-                    q.build().execute(&mut **self).await?;
-                }
-                Ok(())
+                $steps(self, run_id, rows, now).await
             }
-            async fn edges_insert(&mut self, run_id: &str, edges: &[(String, String)]) -> $crate::error::StoreResult<()> {
+            async fn edges_insert(
+                &mut self,
+                run_id: &str,
+                edges: &[(String, String)],
+            ) -> $crate::error::StoreResult<()> {
                 for chunk in edges.chunks(5000) {
                     let mut q = sqlx::QueryBuilder::<$db>::new("INSERT INTO step_edges (run_id, parent, child) ");
                     q.push_values(chunk, |mut b, (parent, child)| {
@@ -273,7 +245,11 @@ macro_rules! impl_step_tx {
             }
             async fn runs_mark_running(&mut self, run_ids: &[&str], now: i64) -> $crate::error::StoreResult<()> {
                 if let [run_id] = run_ids {
-                    sqlx::query::<$db>($crate::sql::RUN_MARK_RUNNING).bind(*run_id).bind(now).execute(&mut **self).await?;
+                    sqlx::query::<$db>($crate::sql::RUN_MARK_RUNNING)
+                        .bind(*run_id)
+                        .bind(now)
+                        .execute(&mut **self)
+                        .await?;
                     return Ok(());
                 }
                 for chunk in run_ids.chunks(1000) {
@@ -335,7 +311,11 @@ macro_rules! impl_step_tx {
                     .fetch_optional(&mut **self)
                     .await?)
             }
-            async fn step_unclaim(&mut self, lease: &$crate::model::Lease, now: i64) -> $crate::error::StoreResult<bool> {
+            async fn step_unclaim(
+                &mut self,
+                lease: &$crate::model::Lease,
+                now: i64,
+            ) -> $crate::error::StoreResult<bool> {
                 let done = sqlx::query::<$db>($crate::sql::STEP_UNCLAIM)
                     .bind(&lease.run_id)
                     .bind(&lease.step_id)

@@ -61,6 +61,7 @@ mod contract {
     mod batch;
     mod cancel;
     mod claim;
+    mod columns;
     mod concurrency;
     mod event_order;
     mod finish;
