@@ -5,7 +5,7 @@
 //! submission in `cairn bench throughput` (statement logging, 2026-11-30, window M: parse 10 ms, bind 42 ms,
 //! execute 94 ms). One prepared text for any number of rows leaves the rows' own work: the insert took 99–117 ms
 //! against 136–141 ms (statement logging, two runs each, alternating), and the submission (`submit_ms`, the
-//! Rust side included: no 21,000-parameter queries to build) 398–408 against 379–588 ms (six runs each, on a
+//! Rust side included: no 21,000-parameter queries to build) 398–408 against 379–588 ms (four runs each, on a
 //! machine busy with a build).
 
 use sqlx::{Postgres, Transaction};
