@@ -5,10 +5,11 @@
 //! workers are connected, runs the scenario over the REST API, computes the figures from the run's event history
 //! (`at_ms` timestamps written by the orchestrator, millisecond resolution), prints them and kills the processes.
 //!
-//! Scenarios:
 //! Each scenario waits for its runs to end by reading their summaries (`GET /v1/runs/{id}?view=summary`), and
 //! reads their event histories only afterwards: on SQLite every read of events takes the one connection the
 //! steps' transactions need.
+//!
+//! Scenarios:
 //! - `chain`: a run of 20 sequential `noop` steps, 20 times. A step's cycle is `step_started(dependent)` −
 //!   `step_started(dependency)`: the dependency's execution, its report and commit, and the dependent's dispatch,
 //!   so it is an upper bound on the overhead and comparable with peers' "time per step in a chain".
