@@ -184,27 +184,10 @@ impl Engine {
         outcome.await.map_err(|_| StoreError::Stopped)?
     }
 
-    /// Queues a report and a claim as one operation (see [`Pending::ReportAndClaim`]) and waits for both
-    /// outcomes (after their batch committed).
-    pub(super) async fn queue_report_and_claim(
-        &self,
-        item: ReportItem,
-        request: ClaimRequest,
-    ) -> (StoreResult<Report>, StoreResult<ClaimAnswer>) {
-        let (report_reply, report) = oneshot::channel();
-        let (claim_reply, claim) = oneshot::channel();
-        if self.enqueue(Pending::ReportAndClaim { item, report_reply, request, claim_reply }).await.is_err() {
-            return (Err(StoreError::Stopped), Err(StoreError::Stopped));
-        }
-        // The writer is gone only when the engine is shutting down: retryable, like a lost connection.
-        let report = report.await.map_err(|_| StoreError::Stopped).and_then(|r| r);
-        let claim = claim.await.map_err(|_| StoreError::Stopped).and_then(|c| c);
-        (report, claim)
-    }
-
-    /// [`Engine::queue_report_and_claim`] (or [`Engine::queue_report`] where no claim is given) for several
-    /// reports queued as one message ([`Pending::Together`]): their outcomes in the order given (`Ok` and no
-    /// steps for a claim not given). Nothing is queued for no reports.
+    /// Reports, each with the claim its worker sent with it (or alone where none is given), queued as one
+    /// operation (a pair, or a [`Pending::Together`] of several) so that they always share a batch: each claim
+    /// then sees what the reports released, and the writer can take them in one call. Their outcomes in the
+    /// order given (`Ok` and no steps for a claim not given); nothing is queued for no reports.
     pub(super) async fn queue_reports_and_claims(
         &self,
         pairs: Vec<(ReportItem, Option<ClaimRequest>)>,
@@ -227,7 +210,8 @@ impl Engine {
                 }
             }
         }
-        let queued = self.enqueue(Pending::Together(ops)).await.is_ok();
+        let op = if ops.len() == 1 { ops.remove(0) } else { Pending::Together(ops) };
+        let queued = self.enqueue(op).await.is_ok();
         let mut outcomes = Vec::with_capacity(replies.len());
         for (report, claim) in replies {
             if !queued {

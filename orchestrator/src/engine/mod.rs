@@ -298,34 +298,14 @@ impl Engine {
         self.queue_report(ReportItem { lease: lease.clone(), kind: ReportKind::Complete(output.clone()) }).await
     }
 
-    /// [`Engine::complete`] and [`Engine::claim`] for the worker's next steps, in the same batch: the claim sees
-    /// what the completion released (the dependents it made ready can be leased to this worker in the same
-    /// transaction). Returns both outcomes, the completion's first.
+    /// Completions, each with [`Engine::claim`] for its worker's next steps in the same batch (or
+    /// [`Engine::complete`] alone where `limit` is 0), queued as one operation so that they share one batch of the
+    /// writer (one `Complete`, or a worker's `CompleteBatch`): each claim sees what the completions released (the
+    /// dependents they made ready can be leased to the worker in the same transaction). Returns each pair of
+    /// outcomes in the order given, the completion's first (`Ok` and no steps for a claim not asked for).
     ///
     /// # Errors
-    /// Store errors (retryable), for each part.
-    pub async fn complete_and_claim(
-        &self,
-        lease: &Lease,
-        output: &Value,
-        actions: &[String],
-        limit: u32,
-    ) -> (StoreResult<Report>, StoreResult<Vec<Claimed>>) {
-        let item = ReportItem { lease: lease.clone(), kind: ReportKind::Complete(output.clone()) };
-        let request = ClaimRequest {
-            worker_id: lease.worker_id.clone(),
-            actions: actions.to_vec(),
-            limit,
-            now_ms: self.now_ms(),
-        };
-        let (report, claim) = self.queue_report_and_claim(item, request).await;
-        (report, claim.map(claimed_of))
-    }
-
-    /// [`Engine::complete_and_claim`] (or [`Engine::complete`] for those whose `limit` is 0) for several
-    /// completions at once, queued together so that they are written in one batch of the writer (a worker's
-    /// `CompleteBatch`). Returns each pair of outcomes in the order given (`Ok` and no steps for a claim not
-    /// asked for).
+    /// Store errors (retryable), for each part of each pair.
     pub async fn complete_and_claim_all(
         &self,
         completions: &[CompletionAndClaim<'_>],

@@ -42,19 +42,9 @@ impl WorkerGrpc {
     /// One completion, as `Complete` answers it (see the protocol file): the outcome and any attempts claimed
     /// with it, or the status the call fails with.
     pub(super) async fn complete_one(&self, req: CompleteRequest) -> Result<ReportResponse, Status> {
-        match self.prepare(req).await {
-            Prepared::Answered(answer) => answer,
-            Prepared::Write { lease, output, limit: 0, .. } => {
-                let report = self.engine.complete(&lease, &output).await.map_err(|e| unavailable(&e))?;
-                Ok(outcome(report))
-            }
-            Prepared::Write { lease, output, actions, limit } => {
-                // One operation for the writer: the claim sees what the completion released, in the same batch.
-                let (report, claimed) = self.engine.complete_and_claim(&lease, &output, &actions, limit).await;
-                let settled = self.settle(&lease, report, claimed);
-                self.finish(settled).await
-            }
-        }
+        let prepared = self.prepare(req).await;
+        let answer = self.answer_all(vec![prepared]).await.pop();
+        answer.unwrap_or_else(|| Err(unavailable(&StoreError::Stopped)))
     }
 
     /// `CompleteBatch`: each item as [`WorkerGrpc::complete_one`] would answer it, in the order given.
@@ -73,6 +63,14 @@ impl WorkerGrpc {
         for item in req.items {
             prepared.push(self.prepare(CompleteRequest { worker_id: req.worker_id.clone(), ..item }).await);
         }
+        let answers = self.answer_all(prepared).await;
+        let results = answers.into_iter().map(|a| pb::CompleteResult { result: Some(item_result(a)) }).collect();
+        Ok(CompleteBatchResponse { results })
+    }
+
+    /// Writes the completions of `prepared` that need the writer, all as one operation (one batch of the
+    /// writer), and answers every item in order.
+    async fn answer_all(&self, prepared: Vec<Prepared>) -> Vec<Result<ReportResponse, Status>> {
         let writes: Vec<CompletionAndClaim<'_>> = prepared
             .iter()
             .filter_map(|p| match p {
@@ -94,11 +92,11 @@ impl WorkerGrpc {
                 },
             })
             .collect();
-        let mut results = Vec::with_capacity(settled.len());
+        let mut answers = Vec::with_capacity(settled.len());
         for s in settled {
-            results.push(pb::CompleteResult { result: Some(item_result(self.finish(s).await)) });
+            answers.push(self.finish(s).await);
         }
-        Ok(CompleteBatchResponse { results })
+        answers
     }
 
     /// Checks `req` and answers a resend; what is left for the writer otherwise.
