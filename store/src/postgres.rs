@@ -28,12 +28,12 @@ impl_step_tx!(
     // count was not measured here.
     lists_prepared: false
 );
-crate::runs_tx::impl_runs_tx!(Postgres, lists_prepared: false);
 
 pub(crate) mod complete_and_claim;
 pub(crate) mod complete_leaves;
 #[cfg(test)]
 mod plans;
+mod runs_close;
 mod steps_insert;
 
 /// The `FROM` item every events insert joins before drawing ids: locks the rows of the runs named by the

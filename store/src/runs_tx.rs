@@ -1,7 +1,7 @@
 //! Set-based statements over several runs at once, for a batch whose completions belong to many runs (many
 //! small runs: one step each, say). One run at a time, closing a batch of 16 such runs cost 48 statements
-//! (open-step counter, failed steps, finish, per run); these do it in three. Shared SQL for both dialects, like
-//! [`crate::tx::StepTx`].
+//! (open-step counter, failed steps, finish, per run); these do it in three. SQLite's statements are written
+//! here with lists; PostgreSQL binds arrays instead (`postgres/runs_close.rs`).
 
 use std::future::Future;
 
@@ -26,8 +26,8 @@ pub(crate) trait RunsTx: Send {
     fn runs_succeed(&mut self, run_ids: &[&str], now: i64) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
 }
 
-/// Implements [`RunsTx`] for `sqlx::Transaction<'_, $db>`. `lists_prepared`: whether statements whose text
-/// varies with the number of runs are prepared and cached, one per count (see the dialects' invocations).
+/// Implements [`RunsTx`] for `sqlx::Transaction<'_, $db>` with `VALUES` and `IN (…)` lists. `lists_prepared`:
+/// whether statements whose text varies with the number of runs are prepared and cached, one per count.
 macro_rules! impl_runs_tx {
     ($db:ty, lists_prepared: $lists_prepared:expr) => {
         impl $crate::runs_tx::RunsTx for sqlx::Transaction<'_, $db> {

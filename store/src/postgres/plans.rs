@@ -5,6 +5,7 @@
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
+use super::runs_close::{RUNS_CLOSE_STEPS, RUNS_FAILED_STEPS, RUNS_SUCCEED};
 use super::{BEGIN, CLAIM, SUCCEED, SUCCEED_MANY};
 use crate::Store;
 
@@ -267,4 +268,84 @@ async fn the_batch_success_reads_steps_by_key_whatever_join_the_planner_prefers(
 
     assert_eq!(done.len(), 1, "zz1's step succeeded");
     assert!(read < 100, "the success read {read} entries of steps_pkey for one step: it walked the index");
+}
+
+/// The statements closing a batch's runs, as named `PREPARE`s and `EXPLAIN`s of them, with the indexes each may
+/// read: runs by key, their steps by the primary key's `run_id` prefix.
+fn run_closing_statements() -> [(String, &'static str, &'static [&'static str]); 3] {
+    [
+        (
+            format!("PREPARE close(int8, text[], int8[]) AS {RUNS_CLOSE_STEPS}"),
+            "EXPLAIN (FORMAT JSON) EXECUTE close(9, '{r7,r8}', '{1,1}')",
+            &["runs_pkey"],
+        ),
+        (
+            format!("PREPARE failed(text[]) AS {RUNS_FAILED_STEPS}"),
+            "EXPLAIN (FORMAT JSON) EXECUTE failed('{r7,r8}')",
+            &["steps_pkey"],
+        ),
+        (
+            format!("PREPARE succeed_runs(int8, text[]) AS {RUNS_SUCCEED}"),
+            "EXPLAIN (FORMAT JSON) EXECUTE succeed_runs(9, '{r7,r8}')",
+            &["runs_pkey", "steps_pkey"],
+        ),
+    ]
+}
+
+/// With statistics taken when every run had finished and 5,000 running now, the generic plans that close and
+/// finish a batch's runs (`runs_close.rs`) must read runs and steps by key, never by walking
+/// `runs_status_created_idx` through every open run, nor scanning `steps`.
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn the_run_closing_generic_plans_read_by_key_whatever_the_statistics_say(pool: PgPool) {
+    let setup = [
+        STALE_RUNS[0],
+        STALE_RUNS[1],
+        STALE_RUNS[2],
+        "ANALYZE runs",
+        "ANALYZE steps",
+        "UPDATE runs SET status = 'running'",
+    ];
+    Store::Postgres(pool.clone()).migrate().await.expect("migrations apply");
+    let mut conn: PoolConnection<Postgres> = pool.acquire().await.expect("a connection");
+    for sql in setup {
+        sqlx::raw_sql(sql).execute(&mut *conn).await.expect(sql);
+    }
+    for (prepare, explain, by_key) in run_closing_statements() {
+        let mut tx = conn.begin_with(BEGIN).await.expect("a write transaction");
+        sqlx::raw_sql("SET LOCAL plan_cache_mode = force_generic_plan").execute(&mut *tx).await.expect("generic");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(prepare)).execute(&mut *tx).await.expect("the statement prepares");
+        let plan: serde_json::Value = sqlx::query_scalar(explain).fetch_one(&mut *tx).await.expect("explained");
+        let mut indexes = Vec::new();
+        collect_indexes(&plan, &mut indexes);
+        let scans = scans(&plan);
+
+        assert!(!indexes.is_empty(), "{explain}: the plan reads an index, not a whole table: {plan}");
+        assert!(indexes.iter().all(|i| by_key.contains(&i.as_str())), "{explain}: every read is by key: {indexes:?}");
+        assert!(scans.iter().all(|(_, cond)| *cond), "{explain}: every scan has an index condition: {scans:?}");
+        tx.rollback().await.expect("rolled back");
+    }
+}
+
+/// Every scan node of an `EXPLAIN (FORMAT JSON)` plan, as its node type and whether it has an index condition
+/// (a whole-index walk, as for an `ORDER BY`, has none).
+fn scans(node: &serde_json::Value) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    let mut stack = vec![node];
+    while let Some(node) = stack.pop() {
+        match node {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::String(kind)) = map.get("Node Type")
+                    && kind.ends_with("Scan")
+                    && !kind.starts_with("Function")
+                {
+                    out.push((kind.clone(), map.contains_key("Index Cond")));
+                }
+                stack.extend(map.values());
+            }
+            serde_json::Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    out
 }
