@@ -216,13 +216,10 @@ impl Store {
         in_tx!(self, |tx, events| flow::finish::fail(&mut tx, lease, failure, sample, now_ms, &mut events).await?)
     }
 
-    /// Applies a batch of reports, then of claims, in one transaction (group commit), then claims up to what
-    /// `handoff` asks for in the same transaction. Each report is decided exactly as [`Store::complete`] or
-    /// [`Store::fail`] would, each claim as [`Store::claim`]; the outcomes come back in input order.
+    /// [`Store::write_batch`] with no new runs.
     ///
     /// # Errors
-    /// [`StoreError::Database`] (retryable: nothing of the batch was recorded; resend every report). Any error
-    /// rolls back the whole batch; the caller may then apply the reports one by one to isolate a bad one.
+    /// As [`Store::write_batch`].
     #[allow(clippy::too_many_arguments)]
     pub async fn report_batch(
         &self,
@@ -233,8 +230,34 @@ impl Store {
         now_ms: i64,
         handoff: flow::batch::Handoff<'_>,
     ) -> StoreResult<BatchOutcome> {
+        self.write_batch(&[], items, claims, limits, lease_ttl_ms, now_ms, handoff).await
+    }
+
+    /// Creates a batch of runs, applies a batch of reports, then of claims, in one transaction (group commit),
+    /// then claims up to what `handoff` asks for in the same transaction (the new runs' ready roots and the
+    /// reports' released dependents are what it may hand off). Each run is created exactly as
+    /// [`Store::create_run_detailed`] would, each report decided as [`Store::complete`] or [`Store::fail`]
+    /// would, each claim as [`Store::claim`]; the outcomes come back in input order.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable: nothing of the batch was recorded; resend every report). Any error
+    /// rolls back the whole batch; the caller may then apply the operations one by one to isolate a bad one (a
+    /// run whose idempotency key a concurrent transaction took meanwhile fails the batch with a unique
+    /// violation, which [`Store::create_run_detailed`] alone resolves).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn write_batch(
+        &self,
+        runs: &[NewRun],
+        items: &[ReportItem],
+        claims: &[ClaimRequest],
+        limits: ReportLimits,
+        lease_ttl_ms: i64,
+        now_ms: i64,
+        handoff: flow::batch::Handoff<'_>,
+    ) -> StoreResult<BatchOutcome> {
         in_tx!(self, |tx, events| flow::batch::report_batch(
             &mut tx,
+            runs,
             items,
             claims,
             limits,

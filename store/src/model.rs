@@ -218,14 +218,18 @@ pub enum ReportKind {
     },
 }
 
-/// What one batch of reports and claims did, in the order of the batch.
+/// What one batch of new runs, reports and claims did, in the order of the batch.
 #[derive(Debug, Clone, Default)]
 pub struct BatchOutcome {
+    /// One outcome per new run ([`crate::Store::write_batch`]'s `runs`), in input order, exactly as
+    /// [`crate::Store::create_run_detailed`] would have returned it.
+    pub created: Vec<(CreateOutcome, Option<RunDetail>)>,
     /// One outcome per report, in input order.
     pub reports: Vec<crate::Report>,
     /// The steps leased for each claim request, in input order.
     pub claimed: Vec<Vec<Claimed>>,
-    /// Steps that became ready and due during the batch (dependents released, not retries in backoff).
+    /// Steps that became ready and due during the batch (ready roots of new runs, dependents released; not
+    /// retries in backoff, nor timers still to come).
     pub ready_now: usize,
     /// Steps claimed in the same transaction for each hand-off request, in the order the requests were given.
     pub handed: Vec<Vec<Claimed>>,

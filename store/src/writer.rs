@@ -20,7 +20,7 @@ use sqlx::{PgPool, Postgres};
 use crate::error::{StoreError, StoreResult};
 use crate::flow::batch::{Handoff, report_batch};
 use crate::flow::finish::ReportLimits;
-use crate::model::{BatchOutcome, ClaimRequest, Lease, ReportItem};
+use crate::model::{BatchOutcome, ClaimRequest, Lease, NewRun, ReportItem};
 use crate::postgres::complete_and_claim::{Candidate, committed, complete_and_claim, outcome};
 use crate::postgres::complete_leaves::{self, LeafBatch, complete_leaves_and_claim};
 use crate::{Store, conflict_pause, postgres, tx};
@@ -77,14 +77,7 @@ impl Store {
 }
 
 impl BatchWriter {
-    /// [`Store::report_batch`], on the writer's own connection: the same semantics, errors and retries (a
-    /// deadlock or serialization failure, after which the transaction was rolled back, runs it again on the same
-    /// connection: five tries in all).
-    ///
-    /// A held connection that the server closed while the writer was idle (a database restart, a terminated
-    /// session) fails at `BEGIN`, before anything was applied: it is dropped and the transaction begins on a
-    /// fresh one from the pool, up to once per pooled connection. After any other error the connection is closed,
-    /// not returned to the pool, so a connection left in an unknown state is never reused by anyone.
+    /// [`BatchWriter::write_batch`] with no new runs.
     ///
     /// # Errors
     /// As [`Store::report_batch`].
@@ -98,8 +91,35 @@ impl BatchWriter {
         now_ms: i64,
         handoff: Handoff<'_>,
     ) -> StoreResult<BatchOutcome> {
+        self.write_batch(&[], items, claims, limits, lease_ttl_ms, now_ms, handoff).await
+    }
+
+    /// [`Store::write_batch`], on the writer's own connection: the same semantics, errors and retries (a
+    /// deadlock or serialization failure, after which the transaction was rolled back, runs it again on the same
+    /// connection: five tries in all).
+    ///
+    /// A held connection that the server closed while the writer was idle (a database restart, a terminated
+    /// session) fails at `BEGIN`, before anything was applied: it is dropped and the transaction begins on a
+    /// fresh one from the pool, up to once per pooled connection. After any other error the connection is closed,
+    /// not returned to the pool, so a connection left in an unknown state is never reused by anyone.
+    ///
+    /// A batch with new runs always takes the general path: the one-call functions know only reports and claims.
+    ///
+    /// # Errors
+    /// As [`Store::write_batch`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn write_batch(
+        &mut self,
+        runs: &[NewRun],
+        items: &[ReportItem],
+        claims: &[ClaimRequest],
+        limits: ReportLimits,
+        lease_ttl_ms: i64,
+        now_ms: i64,
+        handoff: Handoff<'_>,
+    ) -> StoreResult<BatchOutcome> {
         let Store::Postgres(pool) = &self.store else {
-            return self.store.report_batch(items, claims, limits, lease_ttl_ms, now_ms, handoff).await;
+            return self.store.write_batch(runs, items, claims, limits, lease_ttl_ms, now_ms, handoff).await;
         };
         // Tried in one call only for a lease this writer handed out for a step with a successor
         // (`Claimed::successor_action`) that the riding claim serves: otherwise the call would fall back, a round
@@ -107,10 +127,11 @@ impl BatchWriter {
         let successors = &self.successors;
         let candidate = Candidate::of(items, claims, limits, |lease, claim| {
             successors.get(lease).is_some_and(|action| claim.actions.contains(action))
-        });
+        })
+        .filter(|_| runs.is_empty());
         // Leaf completions with their claims, when no chain step is: after a fallback (a leased step with a
         // placeholder, a run ending), the next batches go the general way without asking, or even looking.
-        let leaf_batch = if candidate.is_some() {
+        let leaf_batch = if candidate.is_some() || !runs.is_empty() {
             None
         } else if self.leaf_pause > 0 {
             self.leaf_pause -= 1;
@@ -153,7 +174,7 @@ impl BatchWriter {
         let outcome = match in_one {
             Some(outcome) => outcome,
             None => {
-                let batch = Batch { items, claims, limits, lease_ttl_ms, now_ms, handoff };
+                let batch = Batch { runs, items, claims, limits, lease_ttl_ms, now_ms, handoff };
                 write_general(&mut self.held, pool, &batch).await
             }
         };
@@ -344,8 +365,9 @@ enum Attempt {
     Done(StoreResult<BatchOutcome>),
 }
 
-/// The arguments of one [`BatchWriter::report_batch`] call.
+/// The arguments of one [`BatchWriter::write_batch`] call.
 struct Batch<'a> {
+    runs: &'a [NewRun],
     items: &'a [ReportItem],
     claims: &'a [ClaimRequest],
     limits: ReportLimits,
@@ -364,9 +386,9 @@ async fn write_once(held: &mut Option<PoolConnection<Postgres>>, pool: &PgPool, 
     Attempt::Done(
         async {
             let mut events = Vec::new();
-            let Batch { items, claims, limits, lease_ttl_ms, now_ms, handoff } = *batch;
+            let Batch { runs, items, claims, limits, lease_ttl_ms, now_ms, handoff } = *batch;
             let outcome =
-                report_batch(&mut tx, items, claims, limits, lease_ttl_ms, now_ms, handoff, &mut events).await?;
+                report_batch(&mut tx, runs, items, claims, limits, lease_ttl_ms, now_ms, handoff, &mut events).await?;
             tx::StepTx::events_insert(&mut tx, &events).await?;
             tx.commit().await?;
             Ok(outcome)

@@ -58,6 +58,39 @@ async fn a_waiting_poll_receives_the_dependent_released_by_a_report() {
 }
 
 #[tokio::test]
+async fn a_waiting_poll_receives_a_new_runs_root_and_concurrent_keyed_submissions_share_one_run() {
+    for backend in backends() {
+        let app = TestApp::new(backend, START).await;
+        let engine = app.engine.clone();
+        let poll = tokio::spawn(async move { engine.claim_wait("w1", &actions(), 4, Duration::from_secs(20)).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!poll.is_finished(), "{backend:?}: nothing is claimable before the submission");
+
+        let run = app.submit(json!({"steps":[{"id":"a","action":"noop","args":{}}]})).await;
+
+        let handed = tokio::time::timeout(Duration::from_secs(10), poll).await.unwrap().unwrap().unwrap();
+        let got: Vec<(&str, &str)> =
+            handed.iter().map(|c| (c.lease.run_id.as_str(), c.lease.step_id.as_str())).collect();
+        assert_eq!(got, [(run.as_str(), "a")], "{backend:?}: the waiting poll gets the new run's root");
+
+        // Submitted together, so they share writer batches: one run, found by the others.
+        let plan = json!({"steps":[{"id":"a","action":"noop","args":{}}]});
+        let submissions = (0..8).map(|_| {
+            let req = cairn_orchestrator::SubmitRequest {
+                plan: plan.clone(),
+                input: None,
+                idempotency_key: Some("order-7".into()),
+            };
+            let engine = app.engine.clone();
+            async move { engine.submit(&req).await.unwrap() }
+        });
+        let submitted = futures::future::join_all(submissions).await;
+        assert_eq!(submitted.iter().filter(|s| !s.existing).count(), 1, "{backend:?}: one run created");
+        assert!(submitted.iter().all(|s| s.run_id == submitted[0].run_id), "{backend:?}: every answer names it");
+    }
+}
+
+#[tokio::test]
 async fn concurrent_workers_run_every_step_of_a_fan_out_exactly_once() {
     for backend in backends() {
         let app = TestApp::new(backend, START).await;

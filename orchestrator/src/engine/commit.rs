@@ -1,24 +1,31 @@
-//! Group commit of worker reports and claims (issue 8).
+//! Group commit of new runs, worker reports and claims (issue 8).
 //!
-//! Reports (`Complete`, `Fail`) and claims (`Poll`) queue to one writer task, which applies whatever has
+//! Submissions of small runs (at most [`MAX_BATCHED_RUN_STEPS`] steps), reports (`Complete`, `Fail`) and claims
+//! (`Poll`) queue to one writer task, which applies whatever has
 //! queued — up to [`MAX_BATCH`] operations, more only by the rest of a worker's `CompleteBatch` — in a single
 //! transaction: one commit, one `fsync`, for the whole
 //! batch. An operation that arrives on its own is written at once, so an idle system adds no delay, and under
 //! load batches grow by themselves while the previous commit is in flight. Each operation is answered only
 //! after its batch committed (nothing is acknowledged, and no step handed out, before it is durable), and steps
-//! the batch's reports made due are claimed, in the same transaction, for long polls already waiting (see
-//! `waiters`): a chain step then costs one commit, not two.
+//! the batch's new runs and reports made due are claimed, in the same transaction, for long polls already
+//! waiting (see `waiters`): a chain step then costs one commit, not two, and so does a new run's first step
+//! (its creation, then its claim). Why submissions share the writer: measured with `cairn bench dispatch` on
+//! PostgreSQL, runs arriving as fast as the API accepted them (8 clients) each committed on their own, and the
+//! commits' `fsync`s queued behind one another (hundreds of `COMMIT`s over 5 ms, up to 59 ms), which was the
+//! tail of the dispatch latency.
 //!
-//! A batch that fails because the database is unreachable answers every caller with a retryable error (a
-//! worker resends its report; reports are fenced by their lease, so a repeated report changes nothing). A batch
-//! that fails for another reason (data the store refuses) is applied again operation by operation, so one bad
-//! operation cannot fail the others.
+//! A batch that fails because the database is unreachable answers every report and claim with a retryable error
+//! (a worker resends its report; reports are fenced by their lease, so a repeated report changes nothing). A
+//! batch that fails for another reason (data the store refuses) is applied again operation by operation, so one
+//! bad operation cannot fail the others. A failed batch's new runs are always created again one by one
+//! (`Store::create_run_detailed`, which also settles an idempotency key a concurrent submission took meanwhile),
+//! each answered with its own outcome.
 
 use std::sync::{Mutex, Weak};
 
 use cairn_store::{
-    BatchOutcome, BatchWriter, ClaimRequest, Claimed, OneCallCounts, Report, ReportItem, ReportKind, StoreError,
-    StoreResult,
+    BatchOutcome, BatchWriter, ClaimRequest, Claimed, CreateOutcome, NewRun, OneCallCounts, Report, ReportItem,
+    ReportKind, RunDetail, StoreError, StoreResult,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -28,11 +35,20 @@ use super::{Engine, Inner};
 /// Most operations written in one transaction.
 pub(super) const MAX_BATCH: usize = 512;
 
-/// Operations waiting for the writer, bounded so a stalled database pushes back on workers.
+/// Most steps a run may have to be created by the writer, in a batch; a larger run is created in a transaction of
+/// its own, so that a 10,000-step submission (hundreds of ms) never holds up the workers' reports and claims.
+pub(super) const MAX_BATCHED_RUN_STEPS: usize = 100;
+
+/// What creating a run returns: [`cairn_store::Store::create_run_detailed`]'s answer.
+pub(super) type Created = (CreateOutcome, Option<RunDetail>);
+
+/// Operations waiting for the writer, bounded so a stalled database pushes back on workers and submitters.
 const QUEUE: usize = 8192;
 
 /// An operation and where its outcome goes.
 pub(super) enum Pending {
+    /// A new run (at most [`MAX_BATCHED_RUN_STEPS`] steps); it counts as one operation per step.
+    Run(Box<NewRun>, oneshot::Sender<StoreResult<Created>>),
     Report(ReportItem, oneshot::Sender<StoreResult<Report>>),
     /// A claim; `park`: when nothing is claimable, register the claimer as a waiter instead of answering empty.
     Claim {
@@ -105,10 +121,11 @@ fn take_batch(first: Pending, queue: &mut mpsc::Receiver<Pending>, batch: &mut V
 }
 
 impl Pending {
-    /// Operations in this message: 1, or a group's count.
+    /// Operations in this message: 1, a run's steps, or a group's count.
     fn operations(&self) -> usize {
         match self {
             Pending::Together(ops) => ops.iter().map(Pending::operations).sum(),
+            Pending::Run(run, _) => run.plan.steps.len().max(1),
             _ => 1,
         }
     }
@@ -126,6 +143,8 @@ fn since(before: OneCallCounts, after: OneCallCounts) -> OneCallCounts {
 /// A batch split by kind, each with its callers.
 #[derive(Default)]
 struct Batch {
+    runs: Vec<NewRun>,
+    run_replies: Vec<oneshot::Sender<StoreResult<Created>>>,
     reports: Vec<ReportItem>,
     report_replies: Vec<oneshot::Sender<StoreResult<Report>>>,
     claims: Vec<ClaimRequest>,
@@ -144,6 +163,10 @@ impl Batch {
         for op in pending {
             match op {
                 Pending::Together(ops) => batch.add(ops),
+                Pending::Run(run, reply) => {
+                    batch.runs.push(*run);
+                    batch.run_replies.push(reply);
+                }
                 Pending::Report(item, reply) => {
                     batch.reports.push(item);
                     batch.report_replies.push(reply);
@@ -162,12 +185,21 @@ impl Batch {
         }
     }
 
+    /// Reports and claims (not runs).
     fn len(&self) -> usize {
         self.reports.len() + self.claims.len()
     }
 }
 
 impl Engine {
+    /// Queues a new run (at most [`MAX_BATCHED_RUN_STEPS`] steps) and waits for its creation's outcome (after its
+    /// batch committed; its ready roots may already be leased to waiting polls then).
+    pub(super) async fn queue_run(&self, run: NewRun) -> StoreResult<Created> {
+        let (reply, outcome) = oneshot::channel();
+        self.enqueue(Pending::Run(Box::new(run), reply)).await?;
+        outcome.await.map_err(|_| StoreError::Stopped)?
+    }
+
     /// Queues a report and waits for its outcome (after its batch committed).
     pub(super) async fn queue_report(&self, item: ReportItem) -> StoreResult<Report> {
         let (reply, outcome) = oneshot::channel();
@@ -235,7 +267,7 @@ impl Engine {
 
     /// Writes one batch and answers its callers and hand-offs.
     async fn write(&self, writer: &mut BatchWriter, pending: Vec<Pending>) {
-        let batch = Batch::split(pending);
+        let mut batch = Batch::split(pending);
         let now = self.now_ms();
         let taken: Mutex<Option<Vec<Waiter>>> = Mutex::new(None);
         // Called inside the transaction once it knows how many steps became due; called again with the same
@@ -245,12 +277,17 @@ impl Engine {
             let waiters = slot.get_or_insert_with(|| self.inner.waiters.take(due));
             waiters.iter().map(|w| w.request.clone()).collect()
         };
-        let result = writer
-            .report_batch(&batch.reports, &batch.claims, self.report_limits(), self.lease_ttl_ms(), now, &handoff)
-            .await;
+        let (limits, ttl) = (self.report_limits(), self.lease_ttl_ms());
+        let result = writer.write_batch(&batch.runs, &batch.reports, &batch.claims, limits, ttl, now, &handoff).await;
         let waiters = taken.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).unwrap_or_default();
+        if result.is_err() {
+            let (runs, replies) = (std::mem::take(&mut batch.runs), std::mem::take(&mut batch.run_replies));
+            self.create_one_by_one(runs, replies).await;
+        }
         match result {
             Ok(outcome) => self.settled(batch, waiters, outcome, now).await,
+            // Only runs, created again above.
+            Err(_) if batch.len() == 0 => {}
             // Taken waiters are dropped unanswered: their polls see the hand-off end and claim for themselves.
             Err(error) if batch.len() == 1 => {
                 tracing::warn!(error = %error, "operation not recorded");
@@ -291,6 +328,12 @@ impl Engine {
 
     /// Answers a committed batch: reports and claims in order, then each taken waiter with its claims.
     async fn settled(&self, batch: Batch, waiters: Vec<Waiter>, outcome: BatchOutcome, now: i64) {
+        // A new run's timer may come due before the time the waiting polls sleep to.
+        let mut timer_set = false;
+        for ((run, reply), created) in batch.runs.iter().zip(batch.run_replies).zip(outcome.created) {
+            timer_set |= run.timers.iter().any(Option::is_some);
+            let _ = reply.send(Ok(created));
+        }
         let mut retry_scheduled = false;
         for ((item, reply), report) in batch.reports.iter().zip(batch.report_replies).zip(outcome.reports) {
             self.after_report(item, report);
@@ -310,7 +353,7 @@ impl Engine {
             }
         }
         // Pollers are woken only for what the hand-off did not cover, or for an earlier due time to sleep to.
-        if outcome.ready_now > handed || retry_scheduled {
+        if outcome.ready_now > handed || retry_scheduled || timer_set {
             self.wake();
         }
     }
@@ -334,6 +377,17 @@ impl Engine {
         }
         if let Err(Ok(ClaimAnswer::Claimed(undelivered))) = reply.send(Ok(ClaimAnswer::Claimed(claimed))) {
             self.give_back(undelivered, "not delivered: the worker's poll had ended").await;
+        }
+    }
+
+    /// Creates each run in its own transaction (after their batch failed) and answers it.
+    async fn create_one_by_one(&self, runs: Vec<NewRun>, replies: Vec<oneshot::Sender<StoreResult<Created>>>) {
+        for (run, reply) in runs.iter().zip(replies) {
+            let created = self.inner.store.create_run_detailed(run).await;
+            if created.is_ok() {
+                self.wake();
+            }
+            let _ = reply.send(created);
         }
     }
 

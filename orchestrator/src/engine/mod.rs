@@ -166,18 +166,26 @@ impl Engine {
         let now = self.inner.clock.now();
         let run_id = new_run_id(now);
         let run = submit::prepare(req, &self.inner.catalog.snapshot(), &self.inner.config.limits, run_id, now)?;
-        let (created, detail) = self.inner.store.create_run_detailed(&run).await?;
+        let event_wait = run.plan.steps.iter().any(|s| s.action == cairn_core::event_wait::ACTION);
+        // A small run is created by the group-commit writer, which wakes the polls if its steps need it; a large
+        // one in a transaction of its own (see `commit::MAX_BATCHED_RUN_STEPS`).
+        let (created, detail) = if run.plan.steps.len() <= commit::MAX_BATCHED_RUN_STEPS {
+            self.queue_run(run).await?
+        } else {
+            let created = self.inner.store.create_run_detailed(&run).await?;
+            self.wake();
+            created
+        };
         let mut outcome = submit::outcome(created, detail)?;
         tracing::info!(run_id = %outcome.run_id, existing = outcome.existing, "run submitted");
         if !outcome.existing {
             trace::run_submitted(&outcome.run_id);
         }
-        self.wake();
         // An `event.wait` root starts now rather than at the waiting loop's next pass, so its lookback is
         // measured from the submission and an event sent right after the answer is matched. The run is stored
         // either way: a failed start is retried by the loop. Starting it changes the run after the commit, so
         // the committed detail no longer describes it.
-        if !outcome.existing && run.plan.steps.iter().any(|s| s.action == cairn_core::event_wait::ACTION) {
+        if !outcome.existing && event_wait {
             outcome.created = None;
             if let Err(e) = self.start_event_waits().await {
                 tracing::warn!(run_id = %outcome.run_id, error = %e, "starting event waits after submit failed");

@@ -1,8 +1,9 @@
-//! Group commit: many reports and claims in one transaction, and the dependents the reports release claimed in
-//! that same transaction for workers already waiting (issue 8).
+//! Group commit: many new runs, reports and claims in one transaction, and the steps the runs make ready and the
+//! dependents the reports release claimed in that same transaction for workers already waiting (issue 8).
 //!
-//! Every report and claim keeps its own semantics (fenced by its lease, decided as if alone; claims run after
-//! the reports, in order); only the commit is shared, so one `fsync` covers the whole batch. Nothing is acknowledged before the commit: the caller answers each
+//! Every run, report and claim keeps its own semantics (a run is created exactly as `Store::create_run` would,
+//! idempotency key included; a report is fenced by its lease and decided as if alone; runs come first, then
+//! reports, then claims, each in order); only the commit is shared, so one `fsync` covers the whole batch. Nothing is acknowledged before the commit: the caller answers each
 //! report, and hands the claimed steps to their waiters, only after this transaction committed. A hand-off claim
 //! is the ordinary claim statement (`FOR UPDATE SKIP LOCKED` / `UPDATE … RETURNING`), so a step handed off can
 //! never also be claimed by a poller, and a chain step costs one commit instead of two (complete, then claim).
@@ -12,11 +13,11 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use super::settle::{Finished, close_runs, release};
-use super::{claim, finish};
+use super::{claim, finish, submit};
 use crate::ReportLimits;
 use crate::error::StoreResult;
 use crate::flow::finish::Report;
-use crate::model::{BatchOutcome, ClaimRequest, Claimed, Lease, ReportItem, ReportKind};
+use crate::model::{BatchOutcome, ClaimRequest, Claimed, Lease, NewRun, ReportItem, ReportKind};
 use crate::rows::EventInsert;
 use crate::tx::DialectTx;
 
@@ -25,10 +26,12 @@ use crate::tx::DialectTx;
 /// transaction is retried after a conflict, and must then return the same requests.
 pub type Handoff<'a> = &'a (dyn Fn(usize) -> Vec<ClaimRequest> + Send + Sync);
 
-/// Applies `items` in order, then the `claims` in order, then serves the hand-off requests.
+/// Creates `runs` in order, applies `items` in order, then the `claims` in order, then serves the hand-off
+/// requests.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn report_batch<T: DialectTx>(
     tx: &mut T,
+    runs: &[NewRun],
     items: &[ReportItem],
     claims: &[ClaimRequest],
     limits: ReportLimits,
@@ -37,6 +40,10 @@ pub(crate) async fn report_batch<T: DialectTx>(
     handoff: Handoff<'_>,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<BatchOutcome> {
+    let mut created = Vec::with_capacity(runs.len());
+    for run in runs {
+        created.push(submit::create_detailed(tx, run, events).await?);
+    }
     let mut decided = complete_together(tx, items, limits, now, events).await?;
     let mut reports = Vec::with_capacity(items.len());
     for (item, done) in items.iter().zip(decided.iter_mut()) {
@@ -72,7 +79,7 @@ pub(crate) async fn report_batch<T: DialectTx>(
     } else {
         Vec::new()
     };
-    Ok(BatchOutcome { reports, claimed, ready_now, handed })
+    Ok(BatchOutcome { created, reports, claimed, ready_now, handed })
 }
 
 /// Serves `claims` in order with one claim statement per worker and action list: a worker's requests in one

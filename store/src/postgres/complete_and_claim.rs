@@ -131,6 +131,7 @@ pub(crate) fn outcome(row: ClaimedRow, candidate: &Candidate<'_>, now: i64) -> S
     let args = serde_json::from_str(&row.args).map_err(|e| StoreError::corrupt("steps.args", e))?;
     let lease = claim::lease_of(&row, &candidate.claim.worker_id)?;
     Ok(BatchOutcome {
+        created: Vec::new(),
         reports: vec![Report::Succeeded],
         claimed: vec![vec![claim::claimed(row, lease, args, now)?]],
         ready_now: 0,

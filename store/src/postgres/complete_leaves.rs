@@ -228,7 +228,7 @@ pub(crate) fn outcome(rows: Vec<CallRow>, batch: &LeafBatch<'_>, now: i64) -> St
             claimed[i] = steps.by_ref().take(usize::try_from(batch.claims[i].limit).unwrap_or(usize::MAX)).collect();
         }
     }
-    Ok(BatchOutcome { reports, claimed, ready_now: 0, handed: Vec::new() })
+    Ok(BatchOutcome { created: Vec::new(), reports, claimed, ready_now: 0, handed: Vec::new() })
 }
 
 impl CallStep {
