@@ -21,7 +21,7 @@ impl_step_tx!(
     Postgres,
     release: (crate::sql::RELEASE_POSTGRES, <[&str]>::to_vec),
     events: events_insert,
-    steps: steps_insert::steps_insert,
+    steps: steps_insert::run_steps_insert,
     run_insert: (crate::sql::PLAN_RUN_INSERT_POSTGRES, stores_plan: true),
     // Not prepared, as before SQLite's were: planned for each batch with its own keys. Batches over several runs
     // mostly take the leaf call on PostgreSQL (`postgres/complete_leaves.rs`), so caching one statement per run
@@ -33,7 +33,7 @@ pub(crate) mod complete_and_claim;
 pub(crate) mod complete_leaves;
 #[cfg(test)]
 mod plans;
-mod runs_close;
+mod runs;
 mod steps_insert;
 
 /// The `FROM` item every events insert joins before drawing ids: locks the rows of the runs named by the

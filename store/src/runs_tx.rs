@@ -1,7 +1,8 @@
 //! Set-based statements over several runs at once, for a batch whose completions belong to many runs (many
 //! small runs: one step each, say). One run at a time, closing a batch of 16 such runs cost 48 statements
-//! (open-step counter, failed steps, finish, per run); these do it in three. SQLite's statements are written
-//! here with lists; PostgreSQL binds arrays instead (`postgres/runs_close.rs`).
+//! (open-step counter, failed steps, finish, per run); these do it in three. New runs of a batch are inserted
+//! together the same way. SQLite's statements are written here with lists (and its inserts run per run);
+//! PostgreSQL binds arrays instead (`postgres/runs.rs`).
 
 use std::future::Future;
 
@@ -9,6 +10,15 @@ use crate::error::StoreResult;
 
 /// Run statements over several runs. Every method runs inside the caller's transaction.
 pub(crate) trait RunsTx: Send {
+    /// Stores each run and its plan (unless the plan's content hash is stored already), as
+    /// [`crate::tx::StepTx::run_insert`] would one by one.
+    fn runs_insert(&mut self, runs: &[crate::rows::RunInsert<'_>]) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Inserts each `(run_id, rows, now)`'s steps, `now` the run's creation time, as
+    /// [`crate::tx::StepTx::steps_insert`] would one by one.
+    fn runs_steps_insert(
+        &mut self,
+        runs: &[(&str, &[crate::rows::StepInsert], i64)],
+    ) -> impl Future<Output = StoreResult<()>> + Send;
     /// Subtracts each `(run_id, n)`'s `n` from its run's open steps: returns `(run_id, open_steps,
     /// cancel_requested)` per run found, in no particular order. Locks the run rows.
     fn runs_close_steps(
@@ -31,6 +41,22 @@ pub(crate) trait RunsTx: Send {
 macro_rules! impl_runs_tx {
     ($db:ty, lists_prepared: $lists_prepared:expr) => {
         impl $crate::runs_tx::RunsTx for sqlx::Transaction<'_, $db> {
+            // One statement per run: SQLite runs them in process, with no round trip to save.
+            async fn runs_insert(&mut self, runs: &[$crate::rows::RunInsert<'_>]) -> $crate::error::StoreResult<()> {
+                for run in runs {
+                    $crate::tx::StepTx::run_insert(self, run).await?;
+                }
+                Ok(())
+            }
+            async fn runs_steps_insert(
+                &mut self,
+                runs: &[(&str, &[$crate::rows::StepInsert], i64)],
+            ) -> $crate::error::StoreResult<()> {
+                for (run_id, rows, now) in runs {
+                    $crate::tx::StepTx::steps_insert(self, run_id, rows, *now).await?;
+                }
+                Ok(())
+            }
             async fn runs_close_steps(
                 &mut self,
                 closing: &[(&str, i64)],

@@ -40,10 +40,7 @@ pub(crate) async fn report_batch<T: DialectTx>(
     handoff: Handoff<'_>,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<BatchOutcome> {
-    let mut created = Vec::with_capacity(runs.len());
-    for run in runs {
-        created.push(submit::create_detailed(tx, run, events).await?);
-    }
+    let created = submit::create_all(tx, runs, events).await?;
     let mut decided = complete_together(tx, items, limits, now, events).await?;
     let mut reports = Vec::with_capacity(items.len());
     for (item, done) in items.iter().zip(decided.iter_mut()) {

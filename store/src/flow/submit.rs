@@ -19,6 +19,7 @@ use super::settle::{after_final_known, decide};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{CreateOutcome, NewRun, RunDetail, RunSummary, StepSummary};
 use crate::rows::{ChildRow, EventInsert, RunInsert, StepInsert};
+use crate::runs_tx::RunsTx;
 use crate::tx::StepTx;
 
 /// Content hash of a plan body: lowercase hex SHA-256.
@@ -43,47 +44,121 @@ pub(crate) async fn create_detailed<T: StepTx>(
     run: &NewRun,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<(CreateOutcome, Option<RunDetail>)> {
-    let body = serde_json::to_string(&run.plan).map_err(|e| StoreError::corrupt("plan", e))?;
-    let plan_id = plan_id(&body);
-    let input = run.input.to_string();
-    if let Some(key) = &run.idempotency_key
-        && let Some((existing, existing_plan, existing_input)) = tx.run_by_key(key).await?
-    {
-        let outcome = if existing_plan == plan_id && existing_input == input {
-            CreateOutcome::Existing(existing)
+    let rows = Rows::of(run)?;
+    if let Some(existing) = by_key(tx, run, &rows).await? {
+        return Ok((existing, None));
+    }
+    tx.run_insert(&rows.run_insert(run)).await?;
+    tx.steps_insert(&run.run_id, &rows.steps, run.now_ms).await?;
+    tx.edges_insert(&run.run_id, &rows.edges).await?;
+    inserted(tx, run, rows, events).await
+}
+
+/// [`create_detailed`] for each of `runs`, in order, with one plans-and-runs insert and one steps insert for all
+/// the runs without an idempotency key ([`RunsTx::runs_insert`], [`RunsTx::runs_steps_insert`]). Runs with a key
+/// are created one by one, in order, so that a later run with the same key finds the earlier one. Outcomes in
+/// input order.
+pub(crate) async fn create_all<T: StepTx + RunsTx>(
+    tx: &mut T,
+    runs: &[NewRun],
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<Vec<(CreateOutcome, Option<RunDetail>)>> {
+    if let [run] = runs {
+        return Ok(vec![create_detailed(tx, run, events).await?]);
+    }
+    let mut out = vec![None; runs.len()];
+    let mut together = Vec::new();
+    for (i, run) in runs.iter().enumerate() {
+        if run.idempotency_key.is_some() {
+            out[i] = Some(create_detailed(tx, run, events).await?);
         } else {
-            CreateOutcome::Conflict(existing)
-        };
-        return Ok((outcome, None));
+            together.push((run, Rows::of(run)?));
+        }
     }
+    if !together.is_empty() {
+        let inserts: Vec<RunInsert<'_>> = together.iter().map(|(run, rows)| rows.run_insert(run)).collect();
+        tx.runs_insert(&inserts).await?;
+        let steps: Vec<(&str, &[StepInsert], i64)> =
+            together.iter().map(|(run, rows)| (run.run_id.as_str(), rows.steps.as_slice(), run.now_ms)).collect();
+        tx.runs_steps_insert(&steps).await?;
+    }
+    let mut created = together.into_iter();
+    for slot in &mut out {
+        if slot.is_none() {
+            let (run, rows) = created.next().ok_or_else(|| StoreError::corrupt("batch", "a run went missing"))?;
+            tx.edges_insert(&run.run_id, &rows.edges).await?;
+            *slot = Some(inserted(tx, run, rows, events).await?);
+        }
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// A new run's rows, built before anything is written.
+struct Rows {
+    plan_id: String,
+    body: String,
+    input: String,
+    context: String,
+    steps: Vec<StepInsert>,
+    edges: Vec<(String, String)>,
+}
+
+impl Rows {
+    fn of(run: &NewRun) -> StoreResult<Rows> {
+        let body = serde_json::to_string(&run.plan).map_err(|e| StoreError::corrupt("plan", e))?;
+        let context = serde_json::to_string(&run.plan.context).map_err(|e| StoreError::corrupt("plan.context", e))?;
+        let mut steps = step_rows(run)?;
+        // A root with no `when` and no approval is ready at once whatever its trigger rule (it has no parents):
+        // inserted as ready, it needs no decision statement, which keeps a 10,000-step submission to a few
+        // statements.
+        for r in steps.iter_mut().filter(|r| r.dep_count == 0 && r.when_expr.is_none() && !approval_required(r)) {
+            r.status = "ready";
+        }
+        Ok(Rows { plan_id: plan_id(&body), body, input: run.input.to_string(), context, steps, edges: edges(run) })
+    }
+
+    fn run_insert<'a>(&'a self, run: &'a NewRun) -> RunInsert<'a> {
+        RunInsert {
+            run_id: &run.run_id,
+            plan_id: &self.plan_id,
+            plan_body: &self.body,
+            input: &self.input,
+            context: &self.context,
+            idempotency_key: run.idempotency_key.as_deref(),
+            steps: i64::try_from(run.plan.steps.len()).unwrap_or(i64::MAX),
+            now: run.now_ms,
+        }
+    }
+}
+
+/// The run already holding `run`'s idempotency key, as the outcome for `run`: `Existing` when plan and input
+/// match, `Conflict` otherwise; `None` for no key or a key not taken.
+async fn by_key<T: StepTx>(tx: &mut T, run: &NewRun, rows: &Rows) -> StoreResult<Option<CreateOutcome>> {
+    let Some(key) = &run.idempotency_key else { return Ok(None) };
+    let Some((existing, existing_plan, existing_input)) = tx.run_by_key(key).await? else { return Ok(None) };
+    Ok(Some(if existing_plan == rows.plan_id && existing_input == rows.input {
+        CreateOutcome::Existing(existing)
+    } else {
+        CreateOutcome::Conflict(existing)
+    }))
+}
+
+/// After a run's rows were inserted: its `run_created` and `step_ready` events, then the decisions its roots
+/// need (see the module docs).
+async fn inserted<T: StepTx>(
+    tx: &mut T,
+    run: &NewRun,
+    rows: Rows,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<(CreateOutcome, Option<RunDetail>)> {
     let now = run.now_ms;
-    let context = serde_json::to_string(&run.plan.context).map_err(|e| StoreError::corrupt("plan.context", e))?;
     let steps = i64::try_from(run.plan.steps.len()).unwrap_or(i64::MAX);
-    tx.run_insert(&RunInsert {
-        run_id: &run.run_id,
-        plan_id: &plan_id,
-        plan_body: &body,
-        input: &input,
-        context: &context,
-        idempotency_key: run.idempotency_key.as_deref(),
-        steps,
-        now,
-    })
-    .await?;
-    let mut rows = step_rows(run)?;
-    // A root with no `when` and no approval is ready at once whatever its trigger rule (it has no parents):
-    // inserted as ready, it needs no decision statement, which keeps a 10,000-step submission to a few
-    // statements.
-    for r in rows.iter_mut().filter(|r| r.dep_count == 0 && r.when_expr.is_none() && !approval_required(r)) {
-        r.status = "ready";
-    }
-    tx.steps_insert(&run.run_id, &rows, now).await?;
-    tx.edges_insert(&run.run_id, &edges(run)).await?;
-    events.push(event(&run.run_id, None, "run_created", json!({"plan_id": plan_id, "steps": steps}), now));
-    for (r, available_at) in rows.iter().filter_map(|r| r.ready_at(now).map(|at| (r, at))) {
+    events.push(event(&run.run_id, None, "run_created", json!({"plan_id": rows.plan_id, "steps": steps}), now));
+    for (r, available_at) in rows.steps.iter().filter_map(|r| r.ready_at(now).map(|at| (r, at))) {
         events.push(event(&run.run_id, Some(&r.step_id), "step_ready", json!({"available_at": available_at}), now));
     }
     let roots: Vec<ChildRow> = rows
+        .steps
         .iter()
         .filter(|r| r.dep_count == 0 && r.status == "pending")
         .map(|r| ChildRow {
@@ -99,7 +174,7 @@ pub(crate) async fn create_detailed<T: StepTx>(
         })
         .collect();
     if roots.is_empty() {
-        let detail = inserted_detail(run, plan_id, &rows);
+        let detail = inserted_detail(run, rows.plan_id, &rows.steps);
         return Ok((CreateOutcome::Created(run.run_id.clone()), Some(detail)));
     }
     let finals = decide(tx, &run.run_id, roots, None, now, events).await?;

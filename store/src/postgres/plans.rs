@@ -5,7 +5,7 @@
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
-use super::runs_close::{RUNS_CLOSE_STEPS, RUNS_FAILED_STEPS, RUNS_SUCCEED};
+use super::runs::{RUNS_CLOSE_STEPS, RUNS_FAILED_STEPS, RUNS_SUCCEED};
 use super::{BEGIN, CLAIM, SUCCEED, SUCCEED_MANY};
 use crate::Store;
 
@@ -293,7 +293,7 @@ fn run_closing_statements() -> [(String, &'static str, &'static [&'static str]);
 }
 
 /// With statistics taken when every run had finished and 5,000 running now, the generic plans that close and
-/// finish a batch's runs (`runs_close.rs`) must read runs and steps by key, never by walking
+/// finish a batch's runs (`runs.rs`) must read runs and steps by key, never by walking
 /// `runs_status_created_idx` through every open run, nor scanning `steps`.
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]

@@ -1,0 +1,90 @@
+//! [`RunsTx`] on PostgreSQL: the set-based run statements with the runs bound as arrays, so each is one prepared
+//! statement whatever the number of runs.
+//!
+//! New runs: a group-commit batch's runs (at most 100 steps each) are stored with one statement for their plans
+//! and runs and one for their steps ([`super::steps_insert`]), instead of two per run. Measured with statement
+//! logging in `cairn bench dispatch` (2026-12-01, about four single-step runs a batch): the two per-run
+//! statements cost about 0.27 ms a run, execute and bind.
+//!
+//! Closing runs:
+//! Why: written as `VALUES` and `IN (…)` lists (as on SQLite), their text changed with the number of runs, so
+//! they went unprepared and were parsed, planned and bound for every batch. That was cheap while batches over
+//! several runs mostly took the leaf call (`complete_leaves.rs`); since new runs share the writer's batches
+//! (which then take the general path), it was measured with statement logging in `cairn bench dispatch`
+//! (2026-12-01): the two statements that close and finish the batch's runs cost 1.0 and 0.6 ms a batch, parse
+//! and bind 0.3 and 0.4 ms of that.
+//!
+//! Every statement reads `runs` by key (`id = ANY ($n)`) and `steps` by its `(run_id, …)` primary key prefix.
+
+use sqlx::{Postgres, Transaction};
+
+use crate::error::StoreResult;
+use crate::rows::{RunInsert, StepInsert};
+use crate::runs_tx::RunsTx;
+
+/// Stores plans unless their content hash is stored already (`$1`–`$3`: id, body, creation time, each plan at most
+/// once), and runs (`$4`–`$10`: id, plan, input, context, idempotency key, step count, creation time). The
+/// foreign key from a run to its plan is checked at the end of the statement, when the plan rows exist.
+const RUNS_INSERT: &str = "WITH plan AS (INSERT INTO plans (id, body, created_at) \
+     SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[]) ON CONFLICT (id) DO NOTHING) \
+     INSERT INTO runs (id, plan_id, status, input, context, idempotency_key, step_count, open_steps, created_at, \
+       updated_at) \
+     SELECT r.id, r.plan_id, 'pending', r.input, r.context, r.idempotency_key, r.steps, r.steps, r.at, r.at \
+     FROM UNNEST($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[]) \
+       AS r(id, plan_id, input, context, idempotency_key, steps, at)";
+
+/// `$1` the time, `$2` the run ids, `$3` the steps closed in each (a run at most once).
+pub(super) const RUNS_CLOSE_STEPS: &str = "UPDATE runs SET open_steps = open_steps - v.closed, updated_at = $1 \
+     FROM UNNEST($2::text[], $3::int8[]) AS v(id, closed) WHERE runs.id = v.id \
+     RETURNING runs.id, runs.open_steps, runs.cancel_requested";
+
+/// `$1` the run ids.
+pub(super) const RUNS_FAILED_STEPS: &str = "SELECT run_id, step_id, error FROM steps \
+     WHERE run_id = ANY ($1::text[]) AND status = 'failed' ORDER BY run_id, position";
+
+/// `$1` the time, `$2` the run ids.
+pub(super) const RUNS_SUCCEED: &str = "UPDATE runs SET status = 'succeeded', failure = NULL, finished_at = $1, updated_at = $1 \
+     WHERE id = ANY ($2::text[]) AND (status IN ('pending', 'running')) IS TRUE \
+     AND NOT EXISTS (SELECT 1 FROM steps WHERE steps.run_id = runs.id AND steps.status = 'failed') RETURNING id";
+
+impl RunsTx for Transaction<'_, Postgres> {
+    async fn runs_insert(&mut self, runs: &[RunInsert<'_>]) -> StoreResult<()> {
+        let mut plans: Vec<&RunInsert<'_>> = Vec::with_capacity(runs.len());
+        for run in runs {
+            if !plans.iter().any(|p| p.plan_id == run.plan_id) {
+                plans.push(run);
+            }
+        }
+        sqlx::query(RUNS_INSERT)
+            .bind(plans.iter().map(|p| p.plan_id).collect::<Vec<&str>>())
+            .bind(plans.iter().map(|p| p.plan_body).collect::<Vec<&str>>())
+            .bind(plans.iter().map(|p| p.now).collect::<Vec<i64>>())
+            .bind(runs.iter().map(|r| r.run_id).collect::<Vec<&str>>())
+            .bind(runs.iter().map(|r| r.plan_id).collect::<Vec<&str>>())
+            .bind(runs.iter().map(|r| r.input).collect::<Vec<&str>>())
+            .bind(runs.iter().map(|r| r.context).collect::<Vec<&str>>())
+            .bind(runs.iter().map(|r| r.idempotency_key).collect::<Vec<Option<&str>>>())
+            .bind(runs.iter().map(|r| r.steps).collect::<Vec<i64>>())
+            .bind(runs.iter().map(|r| r.now).collect::<Vec<i64>>())
+            .execute(&mut **self)
+            .await?;
+        Ok(())
+    }
+
+    async fn runs_steps_insert(&mut self, runs: &[(&str, &[StepInsert], i64)]) -> StoreResult<()> {
+        super::steps_insert::steps_insert(self, runs).await
+    }
+
+    async fn runs_close_steps(&mut self, closing: &[(&str, i64)], now: i64) -> StoreResult<Vec<(String, i64, i64)>> {
+        let (ids, closed): (Vec<&str>, Vec<i64>) = closing.iter().copied().unzip();
+        Ok(sqlx::query_as(RUNS_CLOSE_STEPS).bind(now).bind(ids).bind(closed).fetch_all(&mut **self).await?)
+    }
+
+    async fn runs_failed_steps(&mut self, run_ids: &[&str]) -> StoreResult<Vec<(String, String, Option<String>)>> {
+        Ok(sqlx::query_as(RUNS_FAILED_STEPS).bind(run_ids).fetch_all(&mut **self).await?)
+    }
+
+    async fn runs_succeed(&mut self, run_ids: &[&str], now: i64) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(RUNS_SUCCEED).bind(now).bind(run_ids).fetch_all(&mut **self).await?)
+    }
+}
