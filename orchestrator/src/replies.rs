@@ -52,7 +52,9 @@ struct Entry {
 impl HandedReplies {
     /// Remembers the answer to the completion under `lease`, given at `now_ms`, whose attempts hold leases of
     /// `lease_ttl_ms` unless they set a heartbeat timeout. Answers without attempts are not kept: a resend of
-    /// those is answered correctly by the store (`STALE`, nothing lost).
+    /// those is answered correctly by the store (`STALE`, nothing lost). A `STALE` answer never replaces one
+    /// kept for the lease: the lease was used up by the completion that answer belongs to (the same lease twice in
+    /// one `CompleteBatch`, say), and a resend must get that first answer and its attempts back.
     pub fn remember(&self, lease: &Lease, report: Report, next: &[Claimed], now_ms: i64, lease_ttl_ms: i64) {
         let Some(until_ms) = next
             .iter()
@@ -72,6 +74,9 @@ impl HandedReplies {
         state.expire(now_ms);
         while state.order.len() >= MAX_ENTRIES {
             state.drop_oldest();
+        }
+        if report == Report::Stale && state.by_lease.contains_key(lease) {
+            return;
         }
         let entry = Entry { report, next: next.to_vec(), until_ms };
         if state.by_lease.insert(lease.clone(), entry).is_none() {
@@ -144,6 +149,22 @@ mod tests {
         replies.remember(&lease("c"), Report::Succeeded, &[claimed("e", 2_000), short], 2_000, 500);
         assert!(replies.replay(&lease("c"), 2_049).is_some());
         assert_eq!(replies.replay(&lease("c"), 2_050), None, "the shortest lease bounds the answer");
+    }
+
+    #[test]
+    fn a_stale_answer_never_replaces_the_answer_kept_for_its_lease() {
+        let replies = HandedReplies::default();
+        replies.remember(&lease("a"), Report::Succeeded, &[claimed("b", 1_000)], 1_000, 500);
+
+        replies.remember(&lease("a"), Report::Stale, &[claimed("c", 1_000)], 1_000, 500);
+
+        assert_eq!(replies.replay(&lease("a"), 1_100), Some((Report::Succeeded, vec![claimed("b", 1_000)])));
+        replies.remember(&lease("x"), Report::Stale, &[claimed("y", 1_000)], 1_000, 500);
+        assert_eq!(
+            replies.replay(&lease("x"), 1_100).map(|(r, _)| r),
+            Some(Report::Stale),
+            "kept when it is the first"
+        );
     }
 
     #[test]
