@@ -36,6 +36,23 @@ impl StoreError {
         matches!(self, StoreError::Database(_) | StoreError::Unavailable(_) | StoreError::Stopped)
     }
 
+    /// Whether the database could not be reached (connection lost or refused, the pool timed out or closed, the
+    /// server shutting down): nothing was applied, and the same statements on another connection would wait out
+    /// the same outage.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            StoreError::Database(e) => {
+                matches!(
+                    e,
+                    sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_)
+                ) || matches!(e, sqlx::Error::Database(db)
+                    if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
+            }
+            StoreError::Unavailable(_) | StoreError::Stopped => true,
+            _ => false,
+        }
+    }
+
     pub(crate) fn corrupt(what: &'static str, message: impl std::fmt::Display) -> Self {
         StoreError::Corrupt { what, message: message.to_string() }
     }

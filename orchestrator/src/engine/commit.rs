@@ -17,9 +17,10 @@
 //! A batch that fails because the database is unreachable answers every report and claim with a retryable error
 //! (a worker resends its report; reports are fenced by their lease, so a repeated report changes nothing). A
 //! batch that fails for another reason (data the store refuses) is applied again operation by operation, so one
-//! bad operation cannot fail the others. A failed batch's new runs are always created again one by one
-//! (`Store::create_run_detailed`, which also settles an idempotency key a concurrent submission took meanwhile),
-//! each answered with its own outcome.
+//! bad operation cannot fail the others. A failed batch's new runs are always created again one by one, off the
+//! writer task (`Store::create_run_detailed`, which also settles an idempotency key a concurrent submission took
+//! meanwhile), each answered with its own outcome; unless the database is unreachable, the batch's reports and
+//! claims are then written again without them, since a run may be what failed the batch.
 
 use std::sync::{Mutex, Weak};
 
@@ -47,7 +48,8 @@ const QUEUE: usize = 8192;
 
 /// An operation and where its outcome goes.
 pub(super) enum Pending {
-    /// A new run (at most [`MAX_BATCHED_RUN_STEPS`] steps); it counts as one operation per step.
+    /// A new run (at most [`MAX_BATCHED_RUN_STEPS`] steps); it counts as one operation per step, three more with
+    /// an idempotency key.
     Run(Box<NewRun>, oneshot::Sender<StoreResult<Created>>),
     Report(ReportItem, oneshot::Sender<StoreResult<Report>>),
     /// A claim; `park`: when nothing is claimable, register the claimer as a waiter instead of answering empty.
@@ -125,7 +127,8 @@ impl Pending {
     fn operations(&self) -> usize {
         match self {
             Pending::Together(ops) => ops.iter().map(Pending::operations).sum(),
-            Pending::Run(run, _) => run.plan.steps.len().max(1),
+            // A keyed run costs its key's lookup and its own inserts, where unkeyed runs share theirs.
+            Pending::Run(run, _) => run.plan.steps.len().max(1) + if run.idempotency_key.is_some() { 3 } else { 0 },
             _ => 1,
         }
     }
@@ -278,12 +281,22 @@ impl Engine {
             waiters.iter().map(|w| w.request.clone()).collect()
         };
         let (limits, ttl) = (self.report_limits(), self.lease_ttl_ms());
-        let result = writer.write_batch(&batch.runs, &batch.reports, &batch.claims, limits, ttl, now, &handoff).await;
-        let waiters = taken.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).unwrap_or_default();
-        if result.is_err() {
+        let mut result =
+            writer.write_batch(&batch.runs, &batch.reports, &batch.claims, limits, ttl, now, &handoff).await;
+        if let Err(error) = &result
+            && !batch.runs.is_empty()
+        {
             let (runs, replies) = (std::mem::take(&mut batch.runs), std::mem::take(&mut batch.run_replies));
-            self.create_one_by_one(runs, replies).await;
+            // Off the writer task, so that an outage does not hold up the operations queued behind this batch.
+            let engine = self.clone();
+            tokio::spawn(async move { engine.create_one_by_one(runs, replies).await });
+            // A run may be what failed the batch (its idempotency key taken by a concurrent transaction): the
+            // reports and claims are written again without the runs, unless the database is unreachable.
+            if !error.is_unreachable() && batch.len() > 0 {
+                result = writer.write_batch(&[], &batch.reports, &batch.claims, limits, ttl, now, &handoff).await;
+            }
         }
+        let waiters = taken.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).unwrap_or_default();
         match result {
             Ok(outcome) => self.settled(batch, waiters, outcome, now).await,
             // Only runs, created again above.
@@ -380,14 +393,29 @@ impl Engine {
         }
     }
 
-    /// Creates each run in its own transaction (after their batch failed) and answers it.
+    /// Creates each run in its own transaction (after their batch failed) and answers it. A run found stored
+    /// under its own id was created by the failed batch after all (its `COMMIT` went through but the answer was
+    /// lost): it is answered as created, with its detail read back, not as an error the client would answer
+    /// with a second run.
     async fn create_one_by_one(&self, runs: Vec<NewRun>, replies: Vec<oneshot::Sender<StoreResult<Created>>>) {
         for (run, reply) in runs.iter().zip(replies) {
-            let created = self.inner.store.create_run_detailed(run).await;
+            let created = match self.inner.store.create_run_detailed(run).await {
+                Ok((CreateOutcome::Existing(id), _)) if id == run.run_id => self.stored(run).await,
+                Err(error) => self.stored(run).await.map_err(|_| error),
+                created => created,
+            };
             if created.is_ok() {
                 self.wake();
             }
             let _ = reply.send(created);
+        }
+    }
+
+    /// `run` as stored under its own id, as created.
+    async fn stored(&self, run: &NewRun) -> StoreResult<Created> {
+        match self.inner.store.run_detail(&run.run_id).await? {
+            Some(detail) => Ok((CreateOutcome::Created(run.run_id.clone()), Some(detail))),
+            None => Err(StoreError::Unavailable(format!("run {} was not stored", run.run_id))),
         }
     }
 

@@ -65,6 +65,38 @@ async fn runs_in_one_batch_apply_their_idempotency_keys_in_order(store: Store) {
     assert!(store.run_detail("r3").await.expect("read").is_none(), "nothing stored for the conflict");
 }
 
+async fn runs_with_and_without_keys_interleaved_get_their_own_outcomes(store: Store) {
+    let doc = steps(vec![noop("a", &[], json!({}))]);
+    let with_key = |run_id: &str| {
+        let mut r = new_run(run_id, &doc);
+        r.idempotency_key = Some("k".into());
+        r
+    };
+    let runs = [new_run("u1", &doc), with_key("k1"), new_run("u2", &doc), with_key("k2")];
+    let nobody = |_: usize| Vec::new();
+
+    let outcome = store.write_batch(&runs, &[], &[], LIMITS, TTL, T0, &nobody).await.expect("the batch commits");
+
+    let created: Vec<&CreateOutcome> = outcome.created.iter().map(|(c, _)| c).collect();
+    assert_eq!(
+        created,
+        [
+            &CreateOutcome::Created("u1".into()),
+            &CreateOutcome::Created("k1".into()),
+            &CreateOutcome::Created("u2".into()),
+            &CreateOutcome::Existing("k1".into())
+        ],
+        "each outcome at its run's place, whichever way it was inserted"
+    );
+    let details: Vec<Option<&str>> =
+        outcome.created.iter().map(|(_, d)| d.as_ref().map(|d| d.run.id.as_str())).collect();
+    assert_eq!(details, [Some("u1"), Some("k1"), Some("u2"), None], "each detail is its own run's");
+    for run_id in ["u1", "k1", "u2"] {
+        assert_eq!(status(&store, run_id, "a").await, "ready", "{run_id} is stored with its step");
+    }
+    assert!(store.run_detail("k2").await.expect("read").is_none(), "nothing stored for the duplicate");
+}
+
 async fn a_batch_creates_runs_before_its_reports_and_claims(store: Store) {
     super::support::submit(&store, "r0", &steps(vec![noop("a", &[], json!({}))])).await;
     let mut writer = store.batch_writer();
@@ -93,5 +125,6 @@ async fn a_batch_creates_runs_before_its_reports_and_claims(store: Store) {
 contract_tests!(
     a_batch_creates_its_runs_and_hands_their_due_roots_to_a_waiting_claimer,
     runs_in_one_batch_apply_their_idempotency_keys_in_order,
+    runs_with_and_without_keys_interleaved_get_their_own_outcomes,
     a_batch_creates_runs_before_its_reports_and_claims,
 );
