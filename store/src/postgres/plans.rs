@@ -23,13 +23,21 @@ async fn generic_plan_indexes(
     for sql in setup {
         sqlx::raw_sql(*sql).execute(&mut *conn).await.expect(sql);
     }
-    let mut tx = conn.begin_with(BEGIN).await.expect("a write transaction");
-    sqlx::raw_sql("SET LOCAL plan_cache_mode = force_generic_plan").execute(&mut *tx).await.expect("generic");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(prepare)).execute(&mut *tx).await.expect("the statement prepares");
-    let plan: serde_json::Value = sqlx::query_scalar(explain).fetch_one(&mut *tx).await.expect("explained");
+    let plan = generic_plan(&mut conn, prepare, explain).await;
     let mut names = Vec::new();
     collect_indexes(&plan, &mut names);
     names
+}
+
+/// `prepare` then `explain` (as [`generic_plan_indexes`] says) in a write transaction with generic plans forced,
+/// rolled back; the plan as `EXPLAIN (FORMAT JSON)` gives it.
+async fn generic_plan(conn: &mut PgConnection, prepare: String, explain: &'static str) -> serde_json::Value {
+    let mut tx = conn.begin_with(BEGIN).await.expect("a write transaction");
+    sqlx::raw_sql("SET LOCAL plan_cache_mode = force_generic_plan").execute(&mut *tx).await.expect("generic");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(prepare)).execute(&mut *tx).await.expect("the statement prepares");
+    let plan = sqlx::query_scalar(explain).fetch_one(&mut *tx).await.expect("explained");
+    tx.rollback().await.expect("rolled back");
+    plan
 }
 
 /// Every `"Index Name"` in an `EXPLAIN (FORMAT JSON)` plan, in plan order.
@@ -312,10 +320,7 @@ async fn the_run_closing_generic_plans_read_by_key_whatever_the_statistics_say(p
         sqlx::raw_sql(sql).execute(&mut *conn).await.expect(sql);
     }
     for (prepare, explain, by_key) in run_closing_statements() {
-        let mut tx = conn.begin_with(BEGIN).await.expect("a write transaction");
-        sqlx::raw_sql("SET LOCAL plan_cache_mode = force_generic_plan").execute(&mut *tx).await.expect("generic");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(prepare)).execute(&mut *tx).await.expect("the statement prepares");
-        let plan: serde_json::Value = sqlx::query_scalar(explain).fetch_one(&mut *tx).await.expect("explained");
+        let plan = generic_plan(&mut conn, prepare, explain).await;
         let mut indexes = Vec::new();
         collect_indexes(&plan, &mut indexes);
         let scans = scans(&plan);
@@ -323,7 +328,6 @@ async fn the_run_closing_generic_plans_read_by_key_whatever_the_statistics_say(p
         assert!(!indexes.is_empty(), "{explain}: the plan reads an index, not a whole table: {plan}");
         assert!(indexes.iter().all(|i| by_key.contains(&i.as_str())), "{explain}: every read is by key: {indexes:?}");
         assert!(scans.iter().all(|(_, cond)| *cond), "{explain}: every scan has an index condition: {scans:?}");
-        tx.rollback().await.expect("rolled back");
     }
 }
 
