@@ -2,8 +2,9 @@
 //!
 //! Submissions of small runs (at most [`MAX_BATCHED_RUN_STEPS`] steps), reports (`Complete`, `Fail`) and claims
 //! (`Poll`) queue to one writer task, which applies whatever has
-//! queued — up to [`MAX_BATCH`] operations, more only by the rest of a worker's `CompleteBatch` — in a single
-//! transaction: one commit, one `fsync`, for the whole
+//! queued — up to [`MAX_BATCH`] operations, more only by the rest of the message that crosses it (a worker's
+//! `CompleteBatch`, or a run, which counts one per step) — in a single transaction: one commit, one `fsync`, for
+//! the whole
 //! batch. An operation that arrives on its own is written at once, so an idle system adds no delay, and under
 //! load batches grow by themselves while the previous commit is in flight. Each operation is answered only
 //! after its batch committed (nothing is acknowledged, and no step handed out, before it is durable), and steps
@@ -14,13 +15,14 @@
 //! commits' `fsync`s queued behind one another (hundreds of `COMMIT`s over 5 ms, up to 59 ms), which was the
 //! tail of the dispatch latency.
 //!
-//! A batch that fails because the database is unreachable answers every report and claim with a retryable error
-//! (a worker resends its report; reports are fenced by their lease, so a repeated report changes nothing). A
-//! batch that fails for another reason (data the store refuses) is applied again operation by operation, so one
-//! bad operation cannot fail the others. A failed batch's new runs are always created again one by one, off the
-//! writer task (`Store::create_run_detailed`, which also settles an idempotency key a concurrent submission took
+//! A failed batch's new runs are always created again one by one, off the writer task
+//! (`Store::create_run_detailed`, which also settles an idempotency key a concurrent submission took
 //! meanwhile), each answered with its own outcome; unless the database is unreachable, the batch's reports and
-//! claims are then written again without them, since a run may be what failed the batch.
+//! claims are then written again without them, since a run may be what failed the batch. A batch of reports and
+//! claims that fails with a database error (unreachable, or a statement refused) answers every report and claim
+//! with a retryable error (a worker resends its report; reports are fenced by their lease, so a repeated report
+//! changes nothing). A batch that fails for another reason (stored data that cannot be decoded) is applied again
+//! operation by operation, so one bad operation cannot fail the others.
 
 use std::sync::{Mutex, Weak};
 
@@ -310,8 +312,8 @@ impl Engine {
                     let _ = reply.send(Err(error));
                 }
             }
-            // The database is unreachable: writing the operations one by one would wait out the same outage
-            // once per operation. Every caller gets a retryable error and resends.
+            // A database error (unreachable, or a statement refused): writing the operations one by one would
+            // wait out an outage once per operation. Every caller gets a retryable error and resends.
             Err(error) if error.is_retryable() => {
                 tracing::warn!(error = %error, operations = batch.len(), "batch not recorded");
                 let message = error.to_string();
