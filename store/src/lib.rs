@@ -216,23 +216,6 @@ impl Store {
         in_tx!(self, |tx, events| flow::finish::fail(&mut tx, lease, failure, sample, now_ms, &mut events).await?)
     }
 
-    /// [`Store::write_batch`] with no new runs.
-    ///
-    /// # Errors
-    /// As [`Store::write_batch`].
-    #[allow(clippy::too_many_arguments)]
-    pub async fn report_batch(
-        &self,
-        items: &[ReportItem],
-        claims: &[ClaimRequest],
-        limits: ReportLimits,
-        lease_ttl_ms: i64,
-        now_ms: i64,
-        handoff: flow::batch::Handoff<'_>,
-    ) -> StoreResult<BatchOutcome> {
-        self.write_batch(&[], items, claims, limits, lease_ttl_ms, now_ms, handoff).await
-    }
-
     /// Creates a batch of runs, applies a batch of reports, then of claims, in one transaction (group commit),
     /// then claims up to what `handoff` asks for in the same transaction (the new runs' ready roots and the
     /// reports' released dependents are what it may hand off). Each run is created exactly as

@@ -195,7 +195,7 @@ pub struct RunDetail {
     pub attempts: Vec<AttemptRecord>,
 }
 
-/// One report of a batch ([`crate::Store::report_batch`]).
+/// One report of a batch ([`crate::Store::write_batch`]).
 #[derive(Debug, Clone)]
 pub struct ReportItem {
     /// The lease the report was made under.

@@ -1,4 +1,4 @@
-//! The orchestrator's batch writer: one task writes every batch of reports and claims (`Store::report_batch`,
+//! The orchestrator's batch writer: one task writes every batch of reports and claims (`Store::write_batch`,
 //! issue 8), so on PostgreSQL it keeps one pooled connection checked out between its transactions.
 //!
 //! Why: a connection going back to sqlx's pool is pinged (one more round trip and a wake-up of its server
@@ -77,23 +77,6 @@ impl Store {
 }
 
 impl BatchWriter {
-    /// [`BatchWriter::write_batch`] with no new runs.
-    ///
-    /// # Errors
-    /// As [`Store::report_batch`].
-    #[allow(clippy::too_many_arguments)]
-    pub async fn report_batch(
-        &mut self,
-        items: &[ReportItem],
-        claims: &[ClaimRequest],
-        limits: ReportLimits,
-        lease_ttl_ms: i64,
-        now_ms: i64,
-        handoff: Handoff<'_>,
-    ) -> StoreResult<BatchOutcome> {
-        self.write_batch(&[], items, claims, limits, lease_ttl_ms, now_ms, handoff).await
-    }
-
     /// [`Store::write_batch`], on the writer's own connection: the same semantics, errors and retries (a
     /// deadlock or serialization failure, after which the transaction was rolled back, runs it again on the same
     /// connection: five tries in all).
@@ -125,13 +108,17 @@ impl BatchWriter {
         // (`Claimed::successor_action`) that the riding claim serves: otherwise the call would fall back, a round
         // trip for nothing.
         let successors = &self.successors;
-        let candidate = Candidate::of(items, claims, limits, |lease, claim| {
-            successors.get(lease).is_some_and(|action| claim.actions.contains(action))
-        })
-        .filter(|_| runs.is_empty());
+        let only_reports = runs.is_empty();
+        let candidate = only_reports
+            .then(|| {
+                Candidate::of(items, claims, limits, |lease, claim| {
+                    successors.get(lease).is_some_and(|action| claim.actions.contains(action))
+                })
+            })
+            .flatten();
         // Leaf completions with their claims, when no chain step is: after a fallback (a leased step with a
         // placeholder, a run ending), the next batches go the general way without asking, or even looking.
-        let leaf_batch = if candidate.is_some() || !runs.is_empty() {
+        let leaf_batch = if !only_reports || candidate.is_some() {
             None
         } else if self.leaf_pause > 0 {
             self.leaf_pause -= 1;
@@ -234,7 +221,7 @@ const MAX_REMEMBERED: usize = 65_536;
 /// many batches.
 const LEAF_PAUSE_BATCHES: u32 = 32;
 
-/// The general path: the batch's transaction on the held connection, retried as [`BatchWriter::report_batch`]
+/// The general path: the batch's transaction on the held connection, retried as [`BatchWriter::write_batch`]
 /// says.
 async fn write_general(
     held: &mut Option<PoolConnection<Postgres>>,
@@ -376,7 +363,7 @@ struct Batch<'a> {
     handoff: Handoff<'a>,
 }
 
-/// One transaction of [`BatchWriter::report_batch`] on the held connection (taken from `pool` when none is).
+/// One transaction of [`BatchWriter::write_batch`] on the held connection (taken from `pool` when none is).
 async fn write_once(held: &mut Option<PoolConnection<Postgres>>, pool: &PgPool, batch: &Batch<'_>) -> Attempt {
     let mut tx = match postgres::begin_on(held, pool).await {
         Ok(tx) => tx,
@@ -418,10 +405,10 @@ mod tests {
         let claim = [ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 4, now_ms: 1 }];
         let limits = ReportLimits { max_output_bytes: 1024 };
         let nobody = |_: usize| Vec::new();
-        writer.report_batch(&[], &claim, limits, 30_000, 1, &nobody).await.expect("a first batch");
+        writer.write_batch(&[], &[], &claim, limits, 30_000, 1, &nobody).await.expect("a first batch");
         let first = backend_of(&mut writer).await;
 
-        writer.report_batch(&[], &claim, limits, 30_000, 2, &nobody).await.expect("a second batch");
+        writer.write_batch(&[], &[], &claim, limits, 30_000, 2, &nobody).await.expect("a second batch");
 
         assert_eq!(backend_of(&mut writer).await, first, "the second batch ran on the connection the first left held");
     }

@@ -60,7 +60,7 @@ async fn create_r1(store: &Store, chain: bool) {
 async fn batch(writer: &mut BatchWriter, items: &[ReportItem], now: i64) -> StoreResult<BatchOutcome> {
     let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: now };
     let nobody = |_: usize| Vec::new();
-    writer.report_batch(items, &[request], ReportLimits { max_output_bytes: 1024 }, 30_000, now, &nobody).await
+    writer.write_batch(&[], items, &[request], ReportLimits { max_output_bytes: 1024 }, 30_000, now, &nobody).await
 }
 
 #[sqlx::test(migrations = false)]

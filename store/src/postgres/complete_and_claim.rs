@@ -323,7 +323,7 @@ mod tests {
         let mut writer = store.batch_writer();
         let nobody = |_: usize| Vec::new();
         let claim = |limit| [ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit, now_ms: 0 }];
-        let first = writer.report_batch(&[], &claim(4), LIMITS, 30_000, T0, &nobody).await.expect("commits");
+        let first = writer.write_batch(&[], &[], &claim(4), LIMITS, 30_000, T0, &nobody).await.expect("commits");
         let lease = |id: &str| first.claimed[0].iter().find(|c| c.lease.step_id == id).expect("leased").lease.clone();
         let (a, x, y) = (lease("a"), lease("x"), lease("y"));
 
@@ -332,7 +332,8 @@ mod tests {
         assert_eq!(writer.successor_of(&y), None, "z has a placeholder to resolve: the general way");
 
         let complete = |lease: &Lease| [ReportItem { lease: lease.clone(), kind: ReportKind::Complete(json!({})) }];
-        let done = writer.report_batch(&complete(&a), &claim(1), LIMITS, 30_000, T0 + 1, &nobody).await.expect("ok");
+        let done =
+            writer.write_batch(&[], &complete(&a), &claim(1), LIMITS, 30_000, T0 + 1, &nobody).await.expect("ok");
 
         let b = &done.claimed[0][0];
         assert_eq!((b.lease.step_id.as_str(), b.successor_action.as_deref()), ("b", Some("sleep")));

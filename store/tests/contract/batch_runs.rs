@@ -102,7 +102,8 @@ async fn a_batch_creates_runs_before_its_reports_and_claims(store: Store) {
     let mut writer = store.batch_writer();
     let nobody = |_: usize| Vec::new();
     // Claimed through the writer, so that on PostgreSQL it knows the lease as a leaf's (worth the leaf call).
-    let first = writer.report_batch(&[], &[request("w1", 1)], LIMITS, TTL, T0, &nobody).await.expect("claimed").claimed;
+    let first =
+        writer.write_batch(&[], &[], &[request("w1", 1)], LIMITS, TTL, T0, &nobody).await.expect("claimed").claimed;
     let fresh = new_run("r1", &steps(vec![noop("x", &[], json!({}))]));
     let report = ReportItem { lease: first[0][0].lease.clone(), kind: ReportKind::Complete(json!({"ok": true})) };
 

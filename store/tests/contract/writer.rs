@@ -1,4 +1,4 @@
-//! The batch writer (`Store::batch_writer`) decides every batch as `Store::report_batch` does. On PostgreSQL a
+//! The batch writer (`Store::batch_writer`) decides every batch as `Store::write_batch` does. On PostgreSQL a
 //! batch of one completion and the claim riding on it goes through `cairn_complete_and_claim`, one call instead
 //! of four round trips, when the completed step's one dependent needs no decision in Rust; these behaviours
 //! check that it is taken, and that the rows (every column a completion or a claim writes) and the events
@@ -77,7 +77,7 @@ pub(super) async fn history(store: &Store, run_id: &str) -> Vec<(Option<String>,
     events(store, run_id).await.into_iter().map(|e| (e.step_id, e.kind, e.data, e.at_ms)).collect()
 }
 
-/// One batch through `writer`, or through `Store::report_batch` when there is none.
+/// One batch through `writer`, or through `Store::write_batch` when there is none.
 pub(super) async fn write(
     store: &Store,
     writer: Option<&mut BatchWriter>,
@@ -87,8 +87,8 @@ pub(super) async fn write(
 ) -> BatchOutcome {
     let nobody = |_: usize| Vec::new();
     let outcome = match writer {
-        Some(writer) => writer.report_batch(items, claims, LIMITS, TTL, now, &nobody).await,
-        None => store.report_batch(items, claims, LIMITS, TTL, now, &nobody).await,
+        Some(writer) => writer.write_batch(&[], items, claims, LIMITS, TTL, now, &nobody).await,
+        None => store.write_batch(&[], items, claims, LIMITS, TTL, now, &nobody).await,
     };
     outcome.expect("the batch commits")
 }
@@ -141,13 +141,15 @@ async fn a_one_call_that_falls_back_leaves_the_general_path_to_serve_the_oldest_
     submit(&store, "r1", &doc).await;
     let nobody = |_: usize| Vec::new();
     let mut writer = store.batch_writer();
-    let first = writer.report_batch(&[], &[request(1)], LIMITS, TTL, T0, &nobody).await.expect("commits");
+    let first = writer.write_batch(&[], &[], &[request(1)], LIMITS, TTL, T0, &nobody).await.expect("commits");
     let a = first.claimed[0][0].lease.clone();
     assert_eq!(a.step_id, "a", "the root claim serves `noop` only");
     let both = ClaimRequest { actions: vec!["noop".into(), "sleep".into()], ..request(1) };
 
-    let outcome =
-        writer.report_batch(&[complete(&a, json!({}))], &[both], LIMITS, TTL, T0 + 1, &nobody).await.expect("commits");
+    let outcome = writer
+        .write_batch(&[], &[complete(&a, json!({}))], &[both], LIMITS, TTL, T0 + 1, &nobody)
+        .await
+        .expect("commits");
 
     assert_eq!(outcome.reports, [Report::Succeeded]);
     let claimed: Vec<&str> = outcome.claimed[0].iter().map(|c| c.lease.step_id.as_str()).collect();

@@ -1,7 +1,7 @@
 //! The batch writer's leaf call: on PostgreSQL a batch of one worker's completions of steps nothing depends on,
 //! with the claims riding on them, goes through `cairn_complete_leaves_and_claim`, one call instead of five round
 //! trips, when nothing needs deciding in Rust. These behaviours check that it is taken, that the rows and events
-//! it leaves are those of the general path (`Store::report_batch`), and that it falls back, writing nothing, where
+//! it leaves are those of the general path (`Store::write_batch`), and that it falls back, writing nothing, where
 //! Rust must decide.
 
 use cairn_core::failure::Failure;
