@@ -40,7 +40,7 @@ use super::fetch::return_unstarted;
 /// messages over 4 MiB by default; an output may be up to `max_output_bytes`, 1 MiB by default).
 const MAX_BATCH_BYTES: usize = 1024 * 1024;
 /// Calls carrying completions in flight at once, per worker process; what finishes while all are out waits for
-/// the first to end and goes in the next. Measured with `cairn bench throughput` (README "Performance", window
+/// the first to end and goes in the next. Measured with `cairn bench throughput` (`docs/performance.md`, window
 /// M, SQLite): with 1 or 2, one worker × 16 slots lost 9–25 % (its writer waited for the calls' round trips);
 /// with 4 to 32, 1 × 16 was unchanged within the noise; with 16, 4 workers × 64 drained 15,152–17,212 steps/s
 /// against 10,917–13,021 without batches (PostgreSQL: 9,804–11,442 against 8,749–9,524).
