@@ -53,6 +53,19 @@ impl StoreError {
         }
     }
 
+    /// Whether the database turned the transaction away because of other work, after the store's own retries:
+    /// a deadlock or serialization failure (`40P01`, `40001`), a lock or statement timeout (`55P03`, `57014`),
+    /// SQLite busy or locked (primary codes 5, 6). Nothing was applied, and the same statements run again at once
+    /// would likely meet the same condition.
+    pub fn is_contended(&self) -> bool {
+        let StoreError::Database(sqlx::Error::Database(db)) = self else { return false };
+        let Some(code) = db.code() else { return false };
+        match code.parse::<i32>() {
+            Ok(sqlite) => matches!(sqlite & 0xff, 5 | 6),
+            Err(_) => matches!(&*code, "40P01" | "40001" | "55P03" | "57014"),
+        }
+    }
+
     pub(crate) fn corrupt(what: &'static str, message: impl std::fmt::Display) -> Self {
         StoreError::Corrupt { what, message: message.to_string() }
     }

@@ -12,8 +12,10 @@ use cairn_proto::v1::worker_service_client::WorkerServiceClient;
 use cairn_proto::v1::{
     Attempt, CompleteBatchRequest, CompleteRequest, PollRequest, ReportOutcome, ReportResponse, complete_result,
 };
+use cairn_store::Store;
 use cairn_tests::http::{CairnProcess, HttpApp, TempDir, step};
-use serde_json::json;
+use cairn_tests::{Backend, raw};
+use serde_json::{Value, json};
 use tonic::Code;
 
 const START: &str = "2027-03-14T12:00:00Z";
@@ -96,6 +98,72 @@ async fn a_batch_answers_each_completion_as_its_own_call_would() {
         assert_eq!(response(&resent.results[1]).outcome(), ReportOutcome::Stale, "{backend:?}");
         let attempts = app.engine().store().attempts(&run).await.unwrap();
         assert_eq!(attempts.len(), 3, "{backend:?}: a, b and one attempt of a2: {attempts:?}");
+    }
+}
+
+/// Refuses the success of step `b` (a stand-in for any statement the database refuses for one operation's data).
+async fn refuse_success_of_b(store: &Store) {
+    match store {
+        Store::Sqlite(_) => {
+            const TRIGGER: &str = "CREATE TRIGGER refuse_b BEFORE UPDATE ON steps \
+                WHEN NEW.step_id = 'b' AND NEW.status = 'succeeded' BEGIN SELECT RAISE(ABORT, 'refused by test'); END";
+            raw::execute(store, TRIGGER, &[]).await;
+        }
+        Store::Postgres(_) => {
+            const FUNCTION: &str = "CREATE FUNCTION refuse_b() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                IF NEW.step_id = 'b' AND NEW.status = 'succeeded' THEN RAISE EXCEPTION 'refused by test'; END IF; \
+                RETURN NEW; END $$";
+            const TRIGGER: &str =
+                "CREATE TRIGGER refuse_b BEFORE UPDATE ON steps FOR EACH ROW EXECUTE FUNCTION refuse_b()";
+            raw::execute(store, FUNCTION, &[]).await;
+            raw::execute(store, TRIGGER, &[]).await;
+        }
+    }
+}
+
+/// A batch the database refuses because of one item's data is written again item by item: that item fails alone
+/// with the database's reason and the others are recorded. (Answering every item "retry" had the worker resend
+/// the same mix, to be refused again.) Once the cause is gone the failed item's resend succeeds.
+#[tokio::test]
+async fn an_item_the_database_refuses_fails_alone_and_the_others_are_recorded() {
+    for backend in cairn_tests::backends() {
+        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+        let run = app
+            .submit(json!({"steps":[
+                {"id":"a","action":"noop","args":{}},
+                {"id":"b","action":"noop","args":{}},
+                {"id":"c","action":"noop","args":{}}
+            ]}))
+            .await;
+        let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
+        let poll = PollRequest { worker_id: "w1".into(), actions: vec!["noop".into()], max_attempts: 3, wait_ms: 1000 };
+        let leased = worker.poll(poll).await.unwrap().into_inner().attempts;
+        let of = |id: &str| leased.iter().find(|a| a.lease.as_ref().unwrap().step_id == id).unwrap().clone();
+        refuse_success_of_b(app.engine().store()).await;
+        let items = vec![completion(&of("a"), "{}"), completion(&of("b"), "{}"), completion(&of("c"), "{}")];
+
+        let answer = worker.complete_batch(CompleteBatchRequest { worker_id: "w1".into(), items }).await;
+
+        let answer = answer.unwrap().into_inner();
+        assert_eq!(response(&answer.results[0]).outcome(), ReportOutcome::Succeeded, "{backend:?}");
+        assert_eq!(response(&answer.results[2]).outcome(), ReportOutcome::Succeeded, "{backend:?}");
+        match &answer.results[1].result {
+            Some(complete_result::Result::Error(e)) => {
+                assert!(e.message.contains("refused by test"), "{backend:?}: the database's reason: {e:?}");
+            }
+            other => panic!("{backend:?}: the refused item fails, not {other:?}"),
+        }
+        let view = app.run(&run).await;
+        let statuses: Vec<Value> = ["a", "b", "c"].iter().map(|id| step(&view, id)["status"].clone()).collect();
+        assert_eq!(statuses, ["succeeded", "running", "succeeded"], "{backend:?}");
+
+        let drop = if backend == Backend::Sqlite { "DROP TRIGGER refuse_b" } else { "DROP TRIGGER refuse_b ON steps" };
+        raw::execute(app.engine().store(), drop, &[]).await;
+        let items = vec![completion(&of("b"), "{}")];
+        let resent = worker.complete_batch(CompleteBatchRequest { worker_id: "w1".into(), items }).await;
+        assert_eq!(response(&resent.unwrap().into_inner().results[0]).outcome(), ReportOutcome::Succeeded);
+        let view = app.wait_run(&run, "the run ends", Duration::from_secs(10), |r| r["status"] == "succeeded").await;
+        assert_eq!(step(&view, "b")["status"], "succeeded", "{backend:?}");
     }
 }
 

@@ -19,10 +19,12 @@
 //! (`Store::create_run_detailed`, which also settles an idempotency key a concurrent submission took
 //! meanwhile), each answered with its own outcome; unless the database is unreachable, the batch's reports and
 //! claims are then written again without them, since a run may be what failed the batch. A batch of reports and
-//! claims that fails with a database error (unreachable, or a statement refused) answers every report and claim
-//! with a retryable error (a worker resends its report; reports are fenced by their lease, so a repeated report
-//! changes nothing). A batch that fails for another reason (stored data that cannot be decoded) is applied again
-//! operation by operation, so one bad operation cannot fail the others.
+//! claims that fails because the database is unreachable or turned it away for other work
+//! ([`StoreError::is_unreachable`], [`StoreError::is_contended`]) answers every report and claim with a retryable
+//! error (a worker resends its report; reports are fenced by their lease, so a repeated report changes nothing).
+//! A batch that fails for another reason (a statement refused, stored data that cannot be decoded) is applied
+//! again operation by operation, so one bad operation fails alone and cannot fail the others each time they are
+//! resent together.
 
 use std::sync::{Mutex, Weak};
 
@@ -312,9 +314,10 @@ impl Engine {
                     let _ = reply.send(Err(error));
                 }
             }
-            // A database error (unreachable, or a statement refused): writing the operations one by one would
-            // wait out an outage once per operation. Every caller gets a retryable error and resends.
-            Err(error) if error.is_retryable() => {
+            // The database unreachable, or turning the transaction away because of other work: writing the
+            // operations one by one would wait out the same condition once per operation. Every caller gets a
+            // retryable error and resends.
+            Err(error) if error.is_unreachable() || error.is_contended() => {
                 tracing::warn!(error = %error, operations = batch.len(), "batch not recorded");
                 let message = error.to_string();
                 for reply in batch.report_replies {
@@ -324,6 +327,9 @@ impl Engine {
                     let _ = reply.send(Err(StoreError::Unavailable(message.clone())));
                 }
             }
+            // A statement refused (a value or constraint it could not take, a trigger): written one by one, the
+            // operation that caused it fails alone, with its own error, and the others are recorded. Answering
+            // all of them "retry" would have the caller resend the same mix and fail it again.
             Err(error) => {
                 tracing::warn!(error = %error, operations = batch.len(), "batch not recorded; writing it one by one");
                 for (item, reply) in batch.reports.iter().zip(batch.report_replies) {
