@@ -23,6 +23,9 @@
 --     page and skips the index. Rows stored before this migration keep their pages as they are.
 --   - `run_events`' primary key becomes `(run_id, id)`, the one index serving every read; `id` stays unique, from
 --     its sequence.
+-- Upgrading a database with a long history: the new primary key is built while the migration holds `run_events`
+-- exclusively, which takes about as long as building any index over that table (the orchestrator applies
+-- migrations before it serves, so nothing waits on it but the start).
 ALTER TABLE attempts DROP CONSTRAINT attempts_run_id_fkey;
 ALTER TABLE run_events DROP CONSTRAINT run_events_run_id_fkey;
 

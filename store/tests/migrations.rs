@@ -37,7 +37,7 @@ fn no_postgres_migration_changed_once_released() {
         (6, "9ce2b2caa958e6875797c2392af98eee450ca7b637a4e9f4f340a2fe7f7146f2970bf386c1405652974539a5e03f3043"),
         (7, "ec56bed1a07efa7fb30f917a8fad14e9c16450bab14be212cf125e563b5bad0be7cc7e0af632f2946b34977748ba6b5f"),
         (8, "a214de93de6f23f36afd5cb43e27d5e41f0e6f82a62b282349ec200d44b0717dae002afd043a30ddfb72c19d84b10e0c"),
-        (9, "87e7fc29501834eeac60e73918a0b06e00b18c2a546e72ce33030d7bc2334bb897427902273077ec23ae049a1a8dbe89"),
+        (9, "97142d9b52fedebfe7c6b3a7cee99ef27a80baa1ca5e5a560182e050eabac060f227aac0756baf9aaa22543e0bad7bf5"),
     ]);
     assert_eq!(checksums(&POSTGRES_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }
