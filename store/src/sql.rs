@@ -205,7 +205,8 @@ pub(crate) const ATTEMPTS_OF_RUN: &str = "SELECT step_id, attempt, worker_id, st
      failure_code, failure_message, failure_details, retryable, retry_after_ms, suggestion, degraded, action \
      FROM attempts WHERE run_id = $1 ORDER BY step_id, attempt";
 
-/// Events of a run after a sequence number. Index: `run_events_pkey` on PostgreSQL, `run_events_run_idx` on SQLite.
+/// Events of a run after a sequence number. Index: `run_events_pkey` on PostgreSQL, `run_events_run_idx` on
+/// SQLite.
 pub(crate) const EVENTS_OF_RUN: &str =
     "SELECT id, step_id, kind, data, at FROM run_events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3 + 0";
 

@@ -40,7 +40,8 @@ pub(crate) const APPROVAL_DECIDE: &str = "UPDATE steps SET status = $3, availabl
      AND ((CAST($8 AS BIGINT) = 1 AND (available_at IS NULL OR available_at > $7)) \
        OR (CAST($8 AS BIGINT) = 0 AND available_at <= $7))";
 
-/// Whether a step's approval timed out (its history says so). Index: `run_events_pkey` (run prefix; PostgreSQL, `run_events_run_idx` on SQLite).
+/// Whether a step's approval timed out (its history says so). Index: its run's prefix of `run_events_pkey`
+/// (PostgreSQL) or of `run_events_run_idx` (SQLite).
 pub(crate) const APPROVAL_TIMED_OUT: &str = "SELECT COUNT(*) FROM run_events WHERE run_id = $1 AND step_id = $2 \
      AND kind = 'step_approval_timed_out'";
 
