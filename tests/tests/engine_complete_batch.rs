@@ -42,24 +42,37 @@ fn next_step(response: &ReportResponse) -> Vec<&str> {
     response.next.iter().map(|a| a.lease.as_ref().map_or("", |l| l.step_id.as_str())).collect()
 }
 
+/// An orchestrator on `backend` running `plan`, and a worker `w1` that polled up to `max_attempts` of its steps.
+async fn leased(
+    backend: Backend,
+    plan: Value,
+    max_attempts: u32,
+) -> (HttpApp, String, WorkerServiceClient<tonic::transport::Channel>, Vec<Attempt>) {
+    let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+    let run = app.submit(plan).await;
+    let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
+    let poll = PollRequest { worker_id: "w1".into(), actions: vec!["noop".into()], max_attempts, wait_ms: 1000 };
+    let attempts = worker.poll(poll).await.unwrap().into_inner().attempts;
+    (app, run, worker, attempts)
+}
+
 /// Items of one batch: a completion, a stale one (an attempt number that was never handed out) and one whose
 /// output is not JSON. Each gets its own answer, in order; the valid one's claim takes the dependent it released
 /// for the batch's worker; a resend of the whole batch is answered as the first time.
 #[tokio::test]
 async fn a_batch_answers_each_completion_as_its_own_call_would() {
     for backend in cairn_tests::backends() {
-        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let run = app
-            .submit(json!({"steps":[
+        let (app, run, mut worker, first) = leased(
+            backend,
+            json!({"steps":[
                 {"id":"a","action":"noop","args":{}},
                 {"id":"b","action":"noop","args":{}},
                 {"id":"a2","action":"noop","args":{},"depends_on":["a"],"idempotent":false},
                 {"id":"b2","action":"noop","args":{},"depends_on":["b"]}
-            ]}))
-            .await;
-        let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
-        let poll = PollRequest { worker_id: "w1".into(), actions: vec!["noop".into()], max_attempts: 2, wait_ms: 1000 };
-        let first = worker.poll(poll).await.unwrap().into_inner().attempts;
+            ]}),
+            2,
+        )
+        .await;
         let of = |id: &str| first.iter().find(|a| a.lease.as_ref().unwrap().step_id == id).unwrap().clone();
         let (a, mut b_stale) = (of("a"), of("b"));
         b_stale.lease.as_mut().unwrap().attempt += 5;
@@ -127,17 +140,12 @@ async fn refuse_success_of_b(store: &Store) {
 #[tokio::test]
 async fn an_item_the_database_refuses_fails_alone_and_the_others_are_recorded() {
     for backend in cairn_tests::backends() {
-        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let run = app
-            .submit(json!({"steps":[
-                {"id":"a","action":"noop","args":{}},
-                {"id":"b","action":"noop","args":{}},
-                {"id":"c","action":"noop","args":{}}
-            ]}))
-            .await;
-        let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
-        let poll = PollRequest { worker_id: "w1".into(), actions: vec!["noop".into()], max_attempts: 3, wait_ms: 1000 };
-        let leased = worker.poll(poll).await.unwrap().into_inner().attempts;
+        let three = json!({"steps":[
+            {"id":"a","action":"noop","args":{}},
+            {"id":"b","action":"noop","args":{}},
+            {"id":"c","action":"noop","args":{}}
+        ]});
+        let (app, run, mut worker, leased) = leased(backend, three, 3).await;
         let of = |id: &str| leased.iter().find(|a| a.lease.as_ref().unwrap().step_id == id).unwrap().clone();
         refuse_success_of_b(app.engine().store()).await;
         let items = vec![completion(&of("a"), "{}"), completion(&of("b"), "{}"), completion(&of("c"), "{}")];
