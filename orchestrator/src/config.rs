@@ -21,6 +21,9 @@ pub struct EngineConfig {
     pub limits: Limits,
     /// Most expired leases handled per reaper pass.
     pub reap_batch: i64,
+    /// Longest a long poll waits before looking for work again when nothing woke it and nothing is due: a guard
+    /// against a wake-up lost on the way from another orchestrator sharing the database. Default 1 s.
+    pub idle_recheck: Duration,
 }
 
 impl Default for EngineConfig {
@@ -33,6 +36,7 @@ impl Default for EngineConfig {
             max_output_bytes: 1024 * 1024,
             limits: Limits::default(),
             reap_batch: 500,
+            idle_recheck: Duration::from_secs(1),
         }
     }
 }

@@ -13,12 +13,14 @@
 //! - `waiting`, `wait_tx`: durable waiting (issue 9): schedules and ticks, approval decisions and deadlines,
 //!   external events and `event.wait` steps.
 //! - `tx`, `sql`, `rows`, `sqlite`, `postgres`: statements and rows.
+//! - `peers`: messages between orchestrators sharing a PostgreSQL database (`LISTEN`/`NOTIFY`).
 //!
 //! Every method takes `now` from the caller (the orchestrator's injected clock): SQL never decides with `now()`.
 
 pub mod error;
 mod flow;
 pub mod model;
+mod peers;
 mod postgres;
 mod read;
 mod rows;
@@ -36,6 +38,7 @@ pub use flow::batch::Handoff;
 pub use flow::control::OperatorAction;
 pub use flow::finish::{Report, ReportLimits};
 pub use model::*;
+pub use peers::{PEER_CHANNEL, PeerListener};
 pub use writer::{BatchWriter, OneCallCounts};
 
 /// SQLite migrations (`migrations/sqlite`), embedded in the binary.

@@ -404,7 +404,8 @@ pub(crate) fn lost_connection(e: &sqlx::Error) -> bool {
         || matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P")))
 }
 
-/// Size of the connection pool.
+/// Size of the connection pool (the orchestrator's batch writer and its listener to other orchestrators each
+/// hold one).
 pub(crate) const MAX_CONNECTIONS: u32 = 16;
 
 /// A pooled connection idle longer than this is pinged before it is handed out.

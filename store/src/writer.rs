@@ -9,8 +9,9 @@
 //! change): chain 1.32–1.63 against 1.58–1.79 ms per step (nine pairs), 1 × 16 throughput 2,256–2,765 against
 //! 2,223–2,566 steps/s (six pairs).
 //!
-//! The held connection counts against the pool's size (16): other transactions share the other 15. SQLite has
-//! one connection anyway, so there the writer uses the pool as every other transaction does.
+//! The held connection counts against the pool's size (16), as does the one the orchestrator's listener to
+//! other orchestrators holds (`PeerListener`): other transactions share the other 14. SQLite has one connection
+//! anyway, so there the writer uses the pool as every other transaction does.
 
 use std::collections::{HashMap, HashSet};
 

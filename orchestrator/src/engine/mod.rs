@@ -6,9 +6,11 @@
 //! the next timer is due — no busy polling.
 //!
 //! Submodules: `commit` (group commit of reports and claims, with hand-off of released steps to waiting
-//! polls) and `waiters` (the waiting long polls).
+//! polls), `waiters` (the waiting long polls) and `peers` (wake-ups to and from other orchestrators sharing a
+//! PostgreSQL database).
 
 mod commit;
+mod peers;
 mod waiters;
 
 use std::sync::Arc;
@@ -30,10 +32,6 @@ use crate::metrics::Metrics;
 use crate::submit::{self, SubmitError, SubmitRequest, Submitted};
 use crate::trace::{self, AttemptSpans};
 
-/// Longest a long-poll sleeps before looking again when nothing is due (guards against missed wake-ups from
-/// another orchestrator sharing the database).
-const MAX_IDLE_WAIT: Duration = Duration::from_secs(1);
-
 /// The orchestrator engine. Cheap to clone; clones share everything.
 #[derive(Clone)]
 pub struct Engine {
@@ -46,6 +44,10 @@ struct Inner {
     catalog: LiveCatalog,
     config: EngineConfig,
     wake: Notify,
+    /// Wake-ups to and from other orchestrators sharing a PostgreSQL database.
+    peers: Arc<peers::Peers>,
+    /// Dropped with the engine: stops the peer channel's tasks.
+    _peers_stop: tokio::sync::watch::Sender<()>,
     started_at_ms: i64,
     /// In-process observations for `/metrics`.
     metrics: Metrics,
@@ -106,12 +108,15 @@ impl Engine {
             tracing::error!(run_id = %run_id, "run failed the integrity check: its step rows are incomplete");
         }
         let (queue, writer) = commit::queue();
+        let (peers_stop, _) = tokio::sync::watch::channel(());
         let inner = Arc::new(Inner {
             store,
             clock,
             catalog: LiveCatalog::new(catalog),
             config,
             wake: Notify::new(),
+            peers: Arc::new(peers::Peers::new()),
+            _peers_stop: peers_stop,
             started_at_ms,
             metrics: Metrics::new(),
             spans: AttemptSpans::default(),
@@ -120,6 +125,7 @@ impl Engine {
             event_wait_start: tokio::sync::Mutex::new(()),
         });
         commit::spawn_writer(Arc::downgrade(&inner), writer);
+        peers::spawn(Arc::downgrade(&inner), &inner.store, &inner.peers, &inner._peers_stop);
         Ok(Engine { inner })
     }
 
@@ -152,9 +158,22 @@ impl Engine {
         self.inner.clock.now().as_millisecond()
     }
 
-    /// Wakes every long-polling claimer (after the clock moved in tests, or a timer came due).
+    /// Wakes every long-polling claimer (after the clock moved in tests, or a timer came due), and those of the
+    /// other orchestrators sharing a PostgreSQL database (`peers`).
     pub fn wake(&self) {
         self.inner.wake.notify_waiters();
+        self.inner.peers.wake();
+    }
+
+    /// How many long polls wait here for work, registered and not yet handed steps.
+    pub fn waiting_polls(&self) -> usize {
+        self.inner.waiters.len()
+    }
+
+    /// Whether another orchestrator sharing the database was heard from lately (PostgreSQL; always false on
+    /// SQLite): this one then tells the others when steps become claimable (`peers`).
+    pub fn hears_other_orchestrators(&self) -> bool {
+        self.inner.peers.present()
     }
 
     /// Validates and stores a run. Invalid plans store nothing.
@@ -281,10 +300,10 @@ impl Engine {
             let registration = Registration { waiters: &self.inner.waiters, ticket };
             let until_due = match self.inner.store.next_due().await? {
                 Some(due) => Duration::from_millis(u64::try_from(due - self.now_ms()).unwrap_or(0)),
-                None => MAX_IDLE_WAIT,
+                None => self.inner.config.idle_recheck,
             };
             let now = tokio::time::Instant::now();
-            let wait = until_due.min(MAX_IDLE_WAIT).min(deadline.saturating_duration_since(now));
+            let wait = until_due.min(self.inner.config.idle_recheck).min(deadline.saturating_duration_since(now));
             let handed = tokio::select! {
                 // `Err`: the batch that took this waiter failed; claim again.
                 handed = &mut handoff => handed.unwrap_or_default(),

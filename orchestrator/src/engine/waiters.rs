@@ -67,6 +67,11 @@ impl Waiters {
         taken
     }
 
+    /// How many polls wait.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Waiter>> {
         // A panic while holding the lock cannot leave the queue half-updated (single push/pop/remove calls).
         self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -1,0 +1,193 @@
+//! Wake-ups between orchestrators sharing a PostgreSQL database (issue 8).
+//!
+//! An orchestrator wakes its own long polls in memory when what it commits makes steps claimable
+//! ([`Engine::wake`]). What another orchestrator commits (a submission, a report releasing steps no poll there
+//! took, a claim given back) reaches them through the store's peer channel ([`cairn_store::PEER_CHANNEL`],
+//! `LISTEN`/`NOTIFY`), so a worker polling here claims at once instead of at its poll's next idle re-check
+//! ([`crate::EngineConfig::idle_recheck`], 1 s by default, which still covers a message lost while a listener
+//! reconnects).
+//!
+//! Messages, as text: `hello <id>` ("I am here": sent once listening, every [`HELLO_EVERY`], and in answer to a hello
+//! from an orchestrator not heard from within [`PEER_TTL`], so two that start together learn of each other at
+//! once) and `wake <id>`. PostgreSQL also delivers a message to its sender's own listener: those are ignored.
+//! Wakes go out only while another orchestrator was heard within [`PEER_TTL`], so one alone (and any SQLite store)
+//! sends none, and they are coalesced: one `NOTIFY` at a time, the wakes asked for while it is out sent as one
+//! more. Each `NOTIFY` is a transaction of its own on a pooled connection, off the writer's.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use cairn_store::{PeerListener, Store};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use super::Inner;
+
+/// How often an orchestrator says hello.
+const HELLO_EVERY: Duration = Duration::from_secs(10);
+/// How long after its last message another orchestrator still counts as present (three hellos).
+const PEER_TTL: Duration = Duration::from_secs(30);
+/// Wait before listening again after the listener failed (the database unreachable).
+const RELISTEN_AFTER: Duration = Duration::from_secs(1);
+
+/// This orchestrator's side of the peer channel, shared by the engine and the channel's two tasks.
+pub(super) struct Peers {
+    /// This orchestrator's id in messages (random per engine).
+    id: String,
+    /// When another orchestrator was last heard from.
+    heard_at: Mutex<Option<Instant>>,
+    wake_pending: AtomicBool,
+    hello_pending: AtomicBool,
+    send: Notify,
+}
+
+impl Peers {
+    pub(super) fn new() -> Peers {
+        Peers {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            heard_at: Mutex::new(None),
+            wake_pending: AtomicBool::new(false),
+            hello_pending: AtomicBool::new(false),
+            send: Notify::new(),
+        }
+    }
+
+    /// Asks the other orchestrators to wake their polls, if any was heard from lately.
+    pub(super) fn wake(&self) {
+        if self.present() {
+            self.wake_pending.store(true, Ordering::Release);
+            self.send.notify_one();
+        }
+    }
+
+    /// Whether another orchestrator was heard from within [`PEER_TTL`].
+    pub(super) fn present(&self) -> bool {
+        let heard = *self.heard_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        heard.is_some_and(|at| at.elapsed() < PEER_TTL)
+    }
+
+    /// Notes a message from another orchestrator; true when it was not present before.
+    fn heard(&self) -> bool {
+        let mut heard = self.heard_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let new = heard.is_none_or(|at| at.elapsed() >= PEER_TTL);
+        *heard = Some(Instant::now());
+        new
+    }
+}
+
+/// What a message asks of this orchestrator.
+#[derive(Debug, PartialEq, Eq)]
+enum Message<'a> {
+    Hello(&'a str),
+    Wake(&'a str),
+}
+
+fn parse(payload: &str) -> Option<Message<'_>> {
+    match payload.split_once(' ')? {
+        ("hello", id) => Some(Message::Hello(id)),
+        ("wake", id) => Some(Message::Wake(id)),
+        _ => None,
+    }
+}
+
+/// Starts the listening and the sending task of the peer channel (PostgreSQL only). Both end when `stop`'s
+/// sender is dropped (with the engine); the listener wakes the engine's polls through `engine` while it lives.
+pub(super) fn spawn(engine: Weak<Inner>, store: &Store, peers: &Arc<Peers>, stop: &watch::Sender<()>) {
+    if !matches!(store, Store::Postgres(_)) {
+        return;
+    }
+    tokio::spawn(listen(engine, store.clone(), Arc::clone(peers), stop.subscribe()));
+    tokio::spawn(send(store.clone(), Arc::clone(peers), stop.subscribe()));
+}
+
+async fn listen(engine: Weak<Inner>, store: Store, peers: Arc<Peers>, mut stop: watch::Receiver<()>) {
+    loop {
+        let mut listener = match store.peer_listener().await {
+            Ok(Some(listener)) => listener,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(error = %error, "listening to other orchestrators failed; trying again");
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    () = tokio::time::sleep(RELISTEN_AFTER) => continue,
+                }
+            }
+        };
+        // Hello once listening, so the answers of the orchestrators that did not know this one are heard.
+        peers.hello_pending.store(true, Ordering::Release);
+        peers.send.notify_one();
+        // `next` is cancelled only on the way out, and the listener dropped right after.
+        loop {
+            let payload = tokio::select! {
+                _ = stop.changed() => return,
+                payload = next(&mut listener) => payload,
+            };
+            let Some(payload) = payload else { break };
+            received(&engine, &peers, &payload);
+        }
+    }
+}
+
+/// The next message, or `None` when the listener failed (it is made again).
+async fn next(listener: &mut PeerListener) -> Option<String> {
+    match listener.next().await {
+        Ok(payload) => Some(payload),
+        Err(error) => {
+            tracing::warn!(error = %error, "the listener to other orchestrators failed; listening again");
+            tokio::time::sleep(RELISTEN_AFTER).await;
+            None
+        }
+    }
+}
+
+fn received(engine: &Weak<Inner>, peers: &Peers, payload: &str) {
+    match parse(payload) {
+        Some(Message::Wake(id)) if id != peers.id => {
+            peers.heard();
+            // This orchestrator's polls only: a wake is never passed on.
+            if let Some(inner) = engine.upgrade() {
+                inner.wake.notify_waiters();
+            }
+        }
+        Some(Message::Hello(id)) if id != peers.id => {
+            if peers.heard() {
+                peers.hello_pending.store(true, Ordering::Release);
+                peers.send.notify_one();
+            }
+        }
+        Some(_) => {}
+        None => tracing::debug!(payload, "unknown message from another orchestrator ignored"),
+    }
+}
+
+async fn send(store: Store, peers: Arc<Peers>, mut stop: watch::Receiver<()>) {
+    let mut hellos = tokio::time::interval_at(Instant::now() + HELLO_EVERY, HELLO_EVERY);
+    loop {
+        for (pending, kind) in [(&peers.hello_pending, "hello"), (&peers.wake_pending, "wake")] {
+            if pending.swap(false, Ordering::AcqRel)
+                && let Err(error) = store.notify_peers(&format!("{kind} {}", peers.id)).await
+            {
+                tracing::warn!(error = %error, kind, "telling other orchestrators failed");
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = peers.send.notified() => {}
+            _ = hellos.tick() => peers.hello_pending.store(true, Ordering::Release),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Message, parse};
+
+    #[test]
+    fn messages_parse_and_unknown_ones_do_not() {
+        assert_eq!(parse("hello 0a1b"), Some(Message::Hello("0a1b")));
+        assert_eq!(parse("wake 0a1b"), Some(Message::Wake("0a1b")));
+        assert_eq!(parse("wake"), None);
+        assert_eq!(parse("shout 0a1b"), None);
+    }
+}

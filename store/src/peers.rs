@@ -1,0 +1,63 @@
+//! Messages between orchestrators sharing one PostgreSQL database, over `LISTEN`/`NOTIFY` on channel
+//! [`PEER_CHANNEL`] (issue 8): an orchestrator wakes its own long polls in memory when steps become claimable, and
+//! tells the others so that polls parked on them claim too, instead of finding the steps at their next idle
+//! re-check. PostgreSQL delivers a notification to every session listening on the channel in the same database,
+//! after the sending transaction commits, and drops those sent while a listener's connection was down (the
+//! re-check covers that). SQLite serves one orchestrator process per database: there is no one to tell.
+
+use sqlx::postgres::PgListener;
+
+use crate::{Store, StoreResult};
+
+/// The channel orchestrators listen and notify on.
+pub const PEER_CHANNEL: &str = "cairn_peers";
+
+/// A session listening on [`PEER_CHANNEL`]. It holds one of the pool's connections for as long as it lives and
+/// reconnects by itself when that connection is lost.
+pub struct PeerListener(PgListener);
+
+impl std::fmt::Debug for PeerListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerListener")
+    }
+}
+
+impl PeerListener {
+    /// The next message's payload, waiting for it.
+    ///
+    /// # Errors
+    /// Retryable [`crate::StoreError::Database`] when the connection is lost and cannot be made again (the next
+    /// call tries again), `PoolClosed` when the store was closed.
+    pub async fn next(&mut self) -> StoreResult<String> {
+        Ok(self.0.recv().await?.payload().to_owned())
+    }
+}
+
+impl Store {
+    /// Starts listening for other orchestrators' messages: `None` on SQLite.
+    ///
+    /// # Errors
+    /// Store errors (retryable when the database is unreachable).
+    pub async fn peer_listener(&self) -> StoreResult<Option<PeerListener>> {
+        match self {
+            Store::Sqlite(_) => Ok(None),
+            Store::Postgres(pool) => {
+                let mut listener = PgListener::connect_with(pool).await?;
+                listener.listen(PEER_CHANNEL).await?;
+                Ok(Some(PeerListener(listener)))
+            }
+        }
+    }
+
+    /// Sends `payload` to every orchestrator listening on the database (this one included); nothing on SQLite.
+    /// One statement in a transaction of its own.
+    ///
+    /// # Errors
+    /// Store errors (retryable when the database is unreachable).
+    pub async fn notify_peers(&self, payload: &str) -> StoreResult<()> {
+        if let Store::Postgres(pool) = self {
+            sqlx::query("SELECT pg_notify($1, $2)").bind(PEER_CHANNEL).bind(payload).execute(pool).await?;
+        }
+        Ok(())
+    }
+}
