@@ -3,7 +3,10 @@
 //! Spawns this executable as `cairn serve` (random free 127.0.0.1 ports, generated tokens, a temporary SQLite file
 //! unless `--db` is given) and `--workers` times as `cairn worker --actions noop`, waits until the API answers and the
 //! workers are connected, runs the scenario over the REST API, computes the figures from the run's event history
-//! (`at_ms` timestamps written by the orchestrator, millisecond resolution), prints them and kills the processes.
+//! (`at_ms` timestamps written by the orchestrator, millisecond resolution), prints them and kills the processes
+//! (`processes`). With `--orchestrators N` (PostgreSQL) it starts N orchestrators on the database: the REST calls
+//! go to the first, the workers poll the others in turn, so every step is submitted or released through one
+//! orchestrator and dispatched by another (their wake-ups cross over `LISTEN`/`NOTIFY`).
 //!
 //! Each scenario waits for its runs to end by reading their summaries (`GET /v1/runs/{id}?view=summary`), and
 //! reads their event histories only afterwards: on SQLite every read of events takes the one connection the
@@ -43,19 +46,20 @@
 //! removed after a successful run, kept after a failed one, and kept always when `CAIRN_BENCH_KEEP` is set to
 //! anything but empty or `0` (to read, for example, `RUST_LOG=sqlx::query=debug` statement timings).
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::{Value, json};
 
 use crate::client::Client;
 
 mod dispatch;
+mod processes;
 mod scenarios;
 mod timeline;
+
+use processes::Processes;
 
 /// The scenarios `cairn bench` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -91,33 +95,16 @@ pub struct Args {
     /// Concurrency of each worker process.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Orchestrator processes on the database (PostgreSQL only): API calls go to the first, workers to the others
+    /// in turn, so every step crosses from one orchestrator to another.
+    #[arg(long, default_value_t = 1)]
+    orchestrators: usize,
     /// `dispatch` only: runs submitted per second (0: as fast as the API accepts them).
     #[arg(long, default_value_t = 0)]
     rate: u32,
     /// Print one JSON object per line per scenario.
     #[arg(long)]
     json: bool,
-}
-
-/// Kills the spawned processes when dropped (also on error paths).
-struct Processes {
-    children: Vec<Child>,
-    dir: PathBuf,
-    keep_dir: bool,
-}
-
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for child in self.children.iter_mut().rev() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if self.keep_dir {
-            eprintln!("cairn bench: process logs kept in {}", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
 }
 
 /// Runs `cairn bench`.
@@ -127,59 +114,37 @@ impl Drop for Processes {
 pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.workers >= 1, "--workers must be at least 1");
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
-    let exe = std::env::current_exe().context("locating the cairn executable")?;
+    anyhow::ensure!(args.orchestrators >= 1, "--orchestrators must be at least 1");
     let dir = std::env::temp_dir().join(format!("cairn-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut procs = Processes { children: Vec::new(), dir: dir.clone(), keep_dir: true };
-
     let db = args.db.clone().unwrap_or_else(|| format!("sqlite:{}", dir.join("bench.db").display()));
     let backend = if db.starts_with("postgres") { "postgres" } else { "sqlite" };
-    let http = free_port()?;
-    let grpc = free_port()?;
-    let api_token = token("api");
-    let worker_token = token("worker");
-
-    let log = |name: &str| -> anyhow::Result<Stdio> {
-        let file = std::fs::File::create(dir.join(name)).with_context(|| format!("creating log {name}"))?;
-        Ok(Stdio::from(file))
-    };
-    let serve = Command::new(&exe)
-        .args(["serve", "--db", &db, "--http", &format!("127.0.0.1:{http}"), "--grpc", &format!("127.0.0.1:{grpc}")])
-        .env("CAIRN_API_TOKEN", &api_token)
-        .env("CAIRN_WORKER_TOKEN", &worker_token)
-        .env("CAIRN_MAX_STEPS", "10000")
-        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
-        .stdin(Stdio::null())
-        .stdout(log("serve.log")?)
-        .stderr(log("serve.err")?)
-        .spawn()
-        .context("starting `cairn serve`")?;
-    procs.children.push(serve);
-
-    let client = Client::new(&format!("http://127.0.0.1:{http}"), Some(api_token))?;
-    wait_healthy(&client, &mut procs.children[0]).await?;
-
-    for i in 0..args.workers {
-        let worker = Command::new(&exe)
-            .args(["worker", "--server", &format!("http://127.0.0.1:{grpc}")])
-            .args(["--concurrency", &args.concurrency.to_string(), "--actions", "noop"])
-            .args(["--id", &format!("bench-worker-{i}")])
-            .env("CAIRN_WORKER_TOKEN", &worker_token)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdin(Stdio::null())
-            .stdout(log(&format!("worker-{i}.log"))?)
-            .stderr(log(&format!("worker-{i}.err"))?)
-            .spawn()
-            .context("starting `cairn worker`")?;
-        procs.children.push(worker);
+    anyhow::ensure!(
+        args.orchestrators == 1 || backend == "postgres",
+        "--orchestrators above 1 needs a PostgreSQL --db (SQLite serves one orchestrator process)"
+    );
+    let mut procs = Processes::new(dir)?;
+    let mut orchestrators = Vec::with_capacity(args.orchestrators);
+    for i in 0..args.orchestrators {
+        orchestrators.push(procs.serve(i, &db).await?);
     }
-    wait_workers(&client, args.workers).await?;
+    // With several orchestrators the API calls go to the first and the workers to the others, so every step is
+    // submitted or released through one orchestrator and dispatched by another.
+    let polled = |i: usize| if args.orchestrators == 1 { 0 } else { 1 + i % (args.orchestrators - 1) };
+    for i in 0..args.workers {
+        procs.worker(i, &orchestrators[polled(i)], args.concurrency)?;
+    }
+    for (o, orchestrator) in orchestrators.iter().enumerate() {
+        let expected = (0..args.workers).filter(|&i| polled(i) == o).count();
+        processes::wait_workers(&orchestrator.client, expected).await?;
+    }
+    let client = &orchestrators[0].client;
 
     let config = json!({
         "rate": args.rate,
         "db": backend,
         "workers": args.workers,
         "concurrency": args.concurrency,
+        "orchestrators": args.orchestrators,
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
     });
     let scenarios = match args.scenario {
@@ -197,12 +162,12 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     for scenario in scenarios {
         let mut figures = match scenario {
-            Scenario::Chain => scenarios::chain(&client).await?,
-            Scenario::Fanout => scenarios::fanout(&client).await?,
-            Scenario::Throughput => scenarios::throughput(&client).await?,
-            Scenario::Timers => scenarios::timers(&client).await?,
-            Scenario::Dispatch => dispatch::dispatch(&client, args.rate).await?,
-            Scenario::Memory => scenarios::memory(&client, procs.children[0].id()).await?,
+            Scenario::Chain => scenarios::chain(client).await?,
+            Scenario::Fanout => scenarios::fanout(client).await?,
+            Scenario::Throughput => scenarios::throughput(client).await?,
+            Scenario::Timers => scenarios::timers(client).await?,
+            Scenario::Dispatch => dispatch::dispatch(client, args.rate).await?,
+            Scenario::Memory => scenarios::memory(client, procs.first_serve_pid()).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if let (Some(obj), Some(cfg)) = (figures.as_object_mut(), config.as_object()) {
@@ -221,8 +186,12 @@ fn print_figures(figures: &Value, as_json: bool) {
         return;
     }
     let get = |k: &str| figures.get(k).cloned().unwrap_or(Value::Null);
+    let orchestrators = match get("orchestrators").as_u64() {
+        Some(n) if n > 1 => format!(", {n} orchestrators"),
+        _ => String::new(),
+    };
     let setup = format!(
-        "[{} db, {} worker(s) x concurrency {}, {} build]",
+        "[{} db{orchestrators}, {} worker(s) x concurrency {}, {} build]",
         get("db").as_str().unwrap_or("?"),
         get("workers"),
         get("concurrency"),
@@ -278,65 +247,6 @@ fn print_figures(figures: &Value, as_json: bool) {
             get("rss_mb"),
             get("rss_mb_before")
         ),
-    }
-}
-
-/// A free TCP port on 127.0.0.1 (bound then released; the orchestrator binds it right after).
-fn free_port() -> anyhow::Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// A throwaway token, unique enough for one local benchmark.
-fn token(kind: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("bench-{kind}-{}-{nanos:x}", std::process::id())
-}
-
-async fn wait_healthy(client: &Client, serve: &mut Child) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if client.get("/healthz").await.is_ok() {
-            return Ok(());
-        }
-        if let Some(status) = serve.try_wait()? {
-            bail!("`cairn serve` exited with {status} before becoming healthy (see its logs)");
-        }
-        if Instant::now() > deadline {
-            bail!("`cairn serve` did not answer /healthz within 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until `noop` is registered and the orchestrator counts `workers` connected workers (at most 30 s).
-async fn wait_workers(client: &Client, workers: usize) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let actions = client.get("/v1/actions").await?;
-        let has_noop = actions["actions"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|s| s.get("name").and_then(Value::as_str) == Some("noop")));
-        let connected = match client.get("/metrics").await? {
-            Value::String(text) => text
-                .lines()
-                .find_map(|l| l.strip_prefix("cairn_connected_workers "))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0),
-            _ => 0.0,
-        };
-        #[allow(clippy::cast_precision_loss)]
-        if has_noop && connected >= workers as f64 {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            if has_noop {
-                eprintln!("cairn bench: only {connected} of {workers} workers seen after 30 s; going on");
-                return Ok(());
-            }
-            bail!("no worker registered `noop` within 30 s (see the worker logs)");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
