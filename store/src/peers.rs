@@ -7,7 +7,7 @@
 
 use sqlx::postgres::PgListener;
 
-use crate::{Store, StoreResult};
+use crate::{Store, StoreError, StoreResult};
 
 /// The channel orchestrators listen and notify on.
 pub const PEER_CHANNEL: &str = "cairn_peers";
@@ -26,10 +26,10 @@ impl PeerListener {
     /// The next message's payload, waiting for it.
     ///
     /// # Errors
-    /// Retryable [`crate::StoreError::Database`] when the connection is lost and cannot be made again (the next
-    /// call tries again), `PoolClosed` when the store was closed.
+    /// Retryable [`StoreError::Database`] when the connection is lost and cannot be made again (the next call
+    /// tries again); [`StoreError::Stopped`] once the store's pool is closed (listening is over).
     pub async fn next(&mut self) -> StoreResult<String> {
-        Ok(self.0.recv().await?.payload().to_owned())
+        Ok(self.0.recv().await.map_err(stopped_when_closed)?.payload().to_owned())
     }
 }
 
@@ -37,13 +37,14 @@ impl Store {
     /// Starts listening for other orchestrators' messages: `None` on SQLite.
     ///
     /// # Errors
-    /// Store errors (retryable when the database is unreachable).
+    /// Store errors (retryable when the database is unreachable); [`StoreError::Stopped`] once the store's pool
+    /// is closed.
     pub async fn peer_listener(&self) -> StoreResult<Option<PeerListener>> {
         match self {
             Store::Sqlite(_) => Ok(None),
             Store::Postgres(pool) => {
-                let mut listener = PgListener::connect_with(pool).await?;
-                listener.listen(PEER_CHANNEL).await?;
+                let mut listener = PgListener::connect_with(pool).await.map_err(stopped_when_closed)?;
+                listener.listen(PEER_CHANNEL).await.map_err(stopped_when_closed)?;
                 Ok(Some(PeerListener(listener)))
             }
         }
@@ -53,11 +54,21 @@ impl Store {
     /// One statement in a transaction of its own.
     ///
     /// # Errors
-    /// Store errors (retryable when the database is unreachable).
+    /// Store errors (retryable when the database is unreachable); [`StoreError::Stopped`] once the store's pool
+    /// is closed.
     pub async fn notify_peers(&self, payload: &str) -> StoreResult<()> {
         if let Store::Postgres(pool) = self {
-            sqlx::query("SELECT pg_notify($1, $2)").bind(PEER_CHANNEL).bind(payload).execute(pool).await?;
+            let notify = sqlx::query("SELECT pg_notify($1, $2)").bind(PEER_CHANNEL).bind(payload);
+            notify.execute(pool).await.map_err(stopped_when_closed)?;
         }
         Ok(())
+    }
+}
+
+/// A closed pool ends listening for good: [`StoreError::Stopped`], not a database error to retry.
+fn stopped_when_closed(error: sqlx::Error) -> StoreError {
+    match error {
+        sqlx::Error::PoolClosed => StoreError::Stopped,
+        other => StoreError::Database(other),
     }
 }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use cairn_store::{PeerListener, Store};
+use cairn_store::{PeerListener, Store, StoreError, StoreResult};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
@@ -105,7 +105,7 @@ async fn listen(engine: Weak<Inner>, store: Store, peers: Arc<Peers>, mut stop: 
     loop {
         let mut listener = match store.peer_listener().await {
             Ok(Some(listener)) => listener,
-            Ok(None) => return,
+            Ok(None) | Err(StoreError::Stopped) => return,
             Err(error) => {
                 tracing::warn!(error = %error, "listening to other orchestrators failed; trying again");
                 tokio::select! {
@@ -123,22 +123,26 @@ async fn listen(engine: Weak<Inner>, store: Store, peers: Arc<Peers>, mut stop: 
                 _ = stop.changed() => return,
                 payload = next(&mut listener) => payload,
             };
-            let Some(payload) = payload else { break };
+            let payload = match payload {
+                Ok(payload) => payload,
+                Err(StoreError::Stopped) => return,
+                Err(_) => break,
+            };
             received(&engine, &peers, &payload);
         }
     }
 }
 
-/// The next message, or `None` when the listener failed (it is made again).
-async fn next(listener: &mut PeerListener) -> Option<String> {
-    match listener.next().await {
-        Ok(payload) => Some(payload),
-        Err(error) => {
-            tracing::warn!(error = %error, "the listener to other orchestrators failed; listening again");
-            tokio::time::sleep(RELISTEN_AFTER).await;
-            None
-        }
+/// The next message; after a failure (other than the store closing), a pause before the listener is made again.
+async fn next(listener: &mut PeerListener) -> StoreResult<String> {
+    let next = listener.next().await;
+    if let Err(error) = &next
+        && !matches!(error, StoreError::Stopped)
+    {
+        tracing::warn!(error = %error, "the listener to other orchestrators failed; listening again");
+        tokio::time::sleep(RELISTEN_AFTER).await;
     }
+    next
 }
 
 fn received(engine: &Weak<Inner>, peers: &Peers, payload: &str) {
@@ -165,10 +169,13 @@ async fn send(store: Store, peers: Arc<Peers>, mut stop: watch::Receiver<()>) {
     let mut hellos = tokio::time::interval_at(Instant::now() + HELLO_EVERY, HELLO_EVERY);
     loop {
         for (pending, kind) in [(&peers.hello_pending, "hello"), (&peers.wake_pending, "wake")] {
-            if pending.swap(false, Ordering::AcqRel)
-                && let Err(error) = store.notify_peers(&format!("{kind} {}", peers.id)).await
-            {
-                tracing::warn!(error = %error, kind, "telling other orchestrators failed");
+            if !pending.swap(false, Ordering::AcqRel) {
+                continue;
+            }
+            match store.notify_peers(&format!("{kind} {}", peers.id)).await {
+                Ok(()) => {}
+                Err(StoreError::Stopped) => return,
+                Err(error) => tracing::warn!(error = %error, kind, "telling other orchestrators failed"),
             }
         }
         tokio::select! {
