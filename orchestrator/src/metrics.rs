@@ -24,6 +24,15 @@ const BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 
 const RUN_STATUSES: [RunStatus; 5] =
     [RunStatus::Pending, RunStatus::Running, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Cancelled];
 
+/// What the engine itself shows in a scrape ([`Metrics::render`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineGauges {
+    /// Long polls waiting for work ([`crate::Engine::waiting_polls`]).
+    pub waiting_polls: usize,
+    /// Whether another orchestrator was heard lately ([`crate::Engine::hears_other_orchestrators`]).
+    pub other_orchestrators_heard: bool,
+}
+
 /// In-process observations, and the rendering of one scrape.
 #[derive(Debug)]
 pub struct Metrics {
@@ -152,11 +161,24 @@ impl Metrics {
         workers.len()
     }
 
-    /// One scrape in the Prometheus text format: the process's histograms and workers, and `stats` read from
-    /// the database at `now_ms` (`None` when the read failed: `cairn_store_up` is then 0 and the database
-    /// figures are left out). Workers count as connected for `lease_ttl_ms`.
-    pub fn render(&self, stats: Option<&StoreStats>, now_ms: i64, lease_ttl_ms: i64) -> String {
+    /// One scrape in the Prometheus text format: the process's histograms and workers, the engine's `gauges`,
+    /// and `stats` read from the database at `now_ms` (`None` when the read failed: `cairn_store_up` is then 0
+    /// and the database figures are left out). Workers count as connected for `lease_ttl_ms`.
+    pub fn render(&self, stats: Option<&StoreStats>, gauges: EngineGauges, now_ms: i64, lease_ttl_ms: i64) -> String {
         let scrape = Registry::new();
+        gauge(
+            &scrape,
+            "cairn_waiting_polls",
+            "Workers' long polls waiting on this orchestrator for work.",
+            i64::try_from(gauges.waiting_polls).unwrap_or(i64::MAX),
+        );
+        gauge(
+            &scrape,
+            "cairn_other_orchestrators_heard",
+            "1 when another orchestrator on the database was heard on the peer channel within 30 s (PostgreSQL \
+             LISTEN/NOTIFY), else 0: with several orchestrators, 0 means their wake-ups do not cross.",
+            i64::from(gauges.other_orchestrators_heard),
+        );
         let store_up = IntGauge::new("cairn_store_up", "1 when this scrape could read the database, else 0.")
             .expect("a valid metric");
         store_up.set(i64::from(stats.is_some()));
@@ -272,10 +294,17 @@ mod tests {
             queue_depth: 1,
             ..StoreStats::default()
         };
-        let text = metrics.render(Some(&stats), 2_000, 10_000);
+        let text = metrics.render(
+            Some(&stats),
+            EngineGauges { waiting_polls: 2, other_orchestrators_heard: true },
+            2_000,
+            10_000,
+        );
         for line in [
             "cairn_store_up 1",
             "cairn_connected_workers 1",
+            "cairn_waiting_polls 2",
+            "cairn_other_orchestrators_heard 1",
             "cairn_runs{status=\"succeeded\"} 2",
             "cairn_runs{status=\"failed\"} 0",
             "cairn_steps{status=\"waiting_approval\"} 0",
@@ -295,7 +324,7 @@ mod tests {
         metrics.one_call("chain", cairn_store::OneCallCounts { committed: 1, fell_back: 1, unknown: 0 });
         metrics.one_call("leaves", cairn_store::OneCallCounts { committed: 5, fell_back: 0, unknown: 1 });
 
-        let text = metrics.render(None, 0, 10_000);
+        let text = metrics.render(None, EngineGauges::default(), 0, 10_000);
 
         for line in [
             "cairn_one_call_completions_total{outcome=\"committed\",path=\"chain\"} 3",
@@ -311,7 +340,7 @@ mod tests {
 
     #[test]
     fn a_failed_database_read_still_serves_the_process_metrics() {
-        let text = Metrics::new().render(None, 0, 10_000);
+        let text = Metrics::new().render(None, EngineGauges::default(), 0, 10_000);
         assert!(text.contains("cairn_store_up 0"), "the scrape says the database was unreadable:\n{text}");
         assert!(!text.contains("cairn_runs"), "no stale database figures:\n{text}");
     }

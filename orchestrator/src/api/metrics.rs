@@ -8,6 +8,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use crate::metrics::EngineGauges;
 
 /// The Prometheus text format's content type.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -23,6 +24,10 @@ pub(super) async fn scrape(State(state): State<AppState>) -> Response {
         }
     };
     let ttl_ms = i64::try_from(engine.config().lease_ttl.as_millis()).unwrap_or(i64::MAX);
-    let text = engine.metrics().render(stats.as_ref(), now_ms, ttl_ms);
+    let gauges = EngineGauges {
+        waiting_polls: engine.waiting_polls(),
+        other_orchestrators_heard: engine.hears_other_orchestrators(),
+    };
+    let text = engine.metrics().render(stats.as_ref(), gauges, now_ms, ttl_ms);
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response()
 }
