@@ -68,15 +68,11 @@ impl Processes {
     pub(super) async fn serve(&mut self, i: usize, db: &str) -> anyhow::Result<Orchestrator> {
         let (http, grpc) = (free_port()?, free_port()?);
         let suffix = if i == 0 { String::new() } else { format!("-{i}") };
-        let mut child = Command::new(std::env::current_exe().context("locating the cairn executable")?)
+        let mut child = self
+            .command(&format!("serve{suffix}"))?
             .args(["serve", "--db", db, "--http", &format!("127.0.0.1:{http}"), "--grpc", &format!("127.0.0.1:{grpc}")])
             .env("CAIRN_API_TOKEN", &self.api_token)
-            .env("CAIRN_WORKER_TOKEN", &self.worker_token)
             .env("CAIRN_MAX_STEPS", "10000")
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdin(Stdio::null())
-            .stdout(self.log(&format!("serve{suffix}.log"))?)
-            .stderr(self.log(&format!("serve{suffix}.err"))?)
             .spawn()
             .context("starting `cairn serve`")?;
         let client = Client::new(&format!("http://127.0.0.1:{http}"), Some(self.api_token.clone()))?;
@@ -89,19 +85,28 @@ impl Processes {
 
     /// Starts worker number `i` with `concurrency` slots, polling `orchestrator`.
     pub(super) fn worker(&mut self, i: usize, orchestrator: &Orchestrator, concurrency: usize) -> anyhow::Result<()> {
-        let child = Command::new(std::env::current_exe().context("locating the cairn executable")?)
+        let child = self
+            .command(&format!("worker-{i}"))?
             .args(["worker", "--server", &orchestrator.grpc_url])
             .args(["--concurrency", &concurrency.to_string(), "--actions", "noop"])
             .args(["--id", &format!("bench-worker-{i}")])
-            .env("CAIRN_WORKER_TOKEN", &self.worker_token)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdin(Stdio::null())
-            .stdout(self.log(&format!("worker-{i}.log"))?)
-            .stderr(self.log(&format!("worker-{i}.err"))?)
             .spawn()
             .context("starting `cairn worker`")?;
         self.children.push(child);
         Ok(())
+    }
+
+    /// This executable, with the worker token, `RUST_LOG` (default `warn`), no stdin, and its output in `NAME.log`
+    /// and `NAME.err` in the bench's directory.
+    fn command(&self, name: &str) -> anyhow::Result<Command> {
+        let mut command = Command::new(std::env::current_exe().context("locating the cairn executable")?);
+        command
+            .env("CAIRN_WORKER_TOKEN", &self.worker_token)
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(Stdio::null())
+            .stdout(self.log(&format!("{name}.log"))?)
+            .stderr(self.log(&format!("{name}.err"))?);
+        Ok(command)
     }
 
     fn log(&self, name: &str) -> anyhow::Result<Stdio> {
