@@ -7,12 +7,12 @@
 //! ([`crate::EngineConfig::idle_recheck`], 1 s by default, which still covers a message lost while a listener
 //! reconnects).
 //!
-//! Messages, as text: `hello <id>` ("I am here": sent once listening, every [`HELLO_EVERY`], and in answer to a hello
-//! from an orchestrator not heard from within [`PEER_TTL`], so two that start together learn of each other at
-//! once) and `wake <id>`. PostgreSQL also delivers a message to its sender's own listener: those are ignored.
-//! Wakes go out only while another orchestrator was heard within [`PEER_TTL`], so one alone (and any SQLite store)
-//! sends none, and they are coalesced: one `NOTIFY` at a time, the wakes asked for while it is out sent as one
-//! more. Each `NOTIFY` is a transaction of its own on a pooled connection, off the writer's.
+//! Messages, as text: `hello <id>` ("I am here": sent once listening, every [`HELLO_EVERY`], and in answer to a
+//! hello from an orchestrator not heard from within [`PEER_TTL`], so two that start together learn of each other
+//! at once) and `wake <id>`. PostgreSQL also delivers a message to its sender's own listener: those are ignored.
+//! Wakes go out only while another orchestrator was heard within [`PEER_TTL`], so one alone (and any SQLite
+//! store) sends none, and they are coalesced: one `NOTIFY` at a time, the wakes asked for while it is out sent as
+//! one more. Each `NOTIFY` is a transaction of its own on a pooled connection, off the writer's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
