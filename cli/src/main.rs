@@ -79,7 +79,8 @@ enum Command {
     Approvals(command::schedule::ApprovalsArgs),
     /// Run a worker process serving the built-in actions to an orchestrator (until SIGTERM or ctrl-c).
     Worker(command::worker::Args),
-    /// Benchmark: a real orchestrator and real worker processes over gRPC (`chain`, `fanout`, `throughput`, `timers`, `memory`, `all`).
+    /// Benchmark: real orchestrator and worker processes over gRPC (`chain`, `fanout`, `throughput`, `timers`,
+    /// `dispatch`, `memory`, `all`).
     Bench(command::bench::Args),
 }
 

@@ -37,7 +37,7 @@
 //!   measured runs, and `warmup_runs`, `warmup_dispatch_latency_ms_p99` of the warm-up (see [`dispatch`]).
 //! - `memory`: 10,000 runs of 10 steps each waiting on a timer a day ahead (100,000 pending timers, 10,000
 //!   active runs); `rss_mb` = the orchestrator's resident memory (`VmRSS`) once they are stored.
-//! - `all`: chain, fanout, throughput, timers, dispatch, memory, in order, against one orchestrator.
+//! - `all`: chain, fanout, throughput, timers, dispatch, memory, in order, against one set of processes.
 //!
 //! `--json` prints one JSON object per line per scenario. A PostgreSQL database given with `--db` should be fresh
 //! (the orchestrator migrates it; runs accumulate in it).
