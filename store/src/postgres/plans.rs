@@ -18,15 +18,21 @@ async fn generic_plan_indexes(
     prepare: String,
     explain: &'static str,
 ) -> Vec<String> {
+    let mut conn = set_up(pool, setup).await;
+    let plan = generic_plan(&mut conn, prepare, explain).await;
+    let mut names = Vec::new();
+    collect_indexes(&plan, &mut names);
+    names
+}
+
+/// Migrates the database, runs `setup` and returns the connection it ran on.
+async fn set_up(pool: &PgPool, setup: &[&'static str]) -> PoolConnection<Postgres> {
     Store::Postgres(pool.clone()).migrate().await.expect("migrations apply");
     let mut conn: PoolConnection<Postgres> = pool.acquire().await.expect("a connection");
     for sql in setup {
         sqlx::raw_sql(*sql).execute(&mut *conn).await.expect(sql);
     }
-    let plan = generic_plan(&mut conn, prepare, explain).await;
-    let mut names = Vec::new();
-    collect_indexes(&plan, &mut names);
-    names
+    conn
 }
 
 /// `prepare` then `explain` (as [`generic_plan_indexes`] says) in a write transaction with generic plans forced,
@@ -68,6 +74,16 @@ const STALE_RUNS: [&str; 3] = [
      FROM generate_series(1, 5000) AS g",
 ];
 
+/// [`STALE_RUNS`] with their steps, analysed while every run had finished, then every run moved to `running`.
+const STALE_RUNNING: [&str; 6] = [
+    STALE_RUNS[0],
+    STALE_RUNS[1],
+    STALE_RUNS[2],
+    "ANALYZE runs",
+    "ANALYZE steps",
+    "UPDATE runs SET status = 'running'",
+];
+
 /// With statistics taken when no run was pending and 5,000 pending now (a backlog of submissions the workers
 /// have not reached), the claim's generic plan must find the runs it starts by key, never by walking
 /// `runs_status_created_idx` through every pending run (3,000 of them made each claim 16–130 ms).
@@ -91,15 +107,8 @@ async fn the_claims_generic_plan_starts_runs_by_key_whatever_the_statistics_say(
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
 async fn the_completions_generic_plan_reads_by_key_whatever_the_statistics_say(pool: PgPool) {
-    let setup = [
-        STALE_RUNS[0],
-        STALE_RUNS[1],
-        STALE_RUNS[2],
-        "ANALYZE runs",
-        "ANALYZE steps",
-        "UPDATE runs SET status = 'running'",
-        "UPDATE steps SET status = 'running', lease_owner = 'w', lease_expires_at = 5",
-    ];
+    let mut setup = STALE_RUNNING.to_vec();
+    setup.push("UPDATE steps SET status = 'running', lease_owner = 'w', lease_expires_at = 5");
     let prepare = format!("PREPARE succeed(text, text, int8, text, text, int8) AS {SUCCEED}");
     let explain = "EXPLAIN (FORMAT JSON) EXECUTE succeed('r7', 's', 1, 'w', '{}', 10)";
 
@@ -306,19 +315,7 @@ fn run_closing_statements() -> [(String, &'static str, &'static [&'static str]);
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
 async fn the_run_closing_generic_plans_read_by_key_whatever_the_statistics_say(pool: PgPool) {
-    let setup = [
-        STALE_RUNS[0],
-        STALE_RUNS[1],
-        STALE_RUNS[2],
-        "ANALYZE runs",
-        "ANALYZE steps",
-        "UPDATE runs SET status = 'running'",
-    ];
-    Store::Postgres(pool.clone()).migrate().await.expect("migrations apply");
-    let mut conn: PoolConnection<Postgres> = pool.acquire().await.expect("a connection");
-    for sql in setup {
-        sqlx::raw_sql(sql).execute(&mut *conn).await.expect(sql);
-    }
+    let mut conn = set_up(&pool, &STALE_RUNNING).await;
     for (prepare, explain, by_key) in run_closing_statements() {
         let plan = generic_plan(&mut conn, prepare, explain).await;
         let mut indexes = Vec::new();

@@ -1,7 +1,7 @@
 //! New runs in a group-commit batch (issue 8): each created exactly as alone, before the batch's reports and
 //! claims, and their ready roots handed to waiting claimers in the same transaction.
 
-use cairn_store::{ClaimRequest, CreateOutcome, ReportItem, ReportKind, Store};
+use cairn_store::{BatchOutcome, ClaimRequest, CreateOutcome, NewRun, ReportItem, ReportKind, Store};
 use serde_json::json;
 
 use super::support::{LIMITS, T0, TTL, new_run, noop, run, status, steps};
@@ -37,18 +37,25 @@ async fn a_batch_creates_its_runs_and_hands_their_due_roots_to_a_waiting_claimer
     assert_eq!(status(&store, "r2", "t").await, "ready", "r2's root waits for its timer");
 }
 
-async fn runs_in_one_batch_apply_their_idempotency_keys_in_order(store: Store) {
-    let doc = steps(vec![noop("a", &[], json!({}))]);
-    let keyed = |run_id: &str, input: serde_json::Value| {
-        let mut r = new_run(run_id, &doc);
-        r.idempotency_key = Some("order-7".into());
-        r.input = input;
-        r
-    };
-    let runs = [keyed("r1", json!({"n": 1})), keyed("r2", json!({"n": 1})), keyed("r3", json!({"n": 2}))];
-    let nobody = |_: usize| Vec::new();
+/// A run of a one-step plan created at [`T0`] with idempotency key `key`.
+fn keyed(run_id: &str, key: &str) -> NewRun {
+    let mut run = new_run(run_id, &steps(vec![noop("a", &[], json!({}))]));
+    run.idempotency_key = Some(key.into());
+    run
+}
 
-    let outcome = store.write_batch(&runs, &[], &[], LIMITS, TTL, T0, &nobody).await.expect("the batch commits");
+/// Writes `runs` alone in one batch at [`T0`].
+async fn write_runs(store: &Store, runs: &[NewRun]) -> BatchOutcome {
+    let nobody = |_: usize| Vec::new();
+    store.write_batch(runs, &[], &[], LIMITS, TTL, T0, &nobody).await.expect("the batch commits")
+}
+
+async fn runs_in_one_batch_apply_their_idempotency_keys_in_order(store: Store) {
+    let with_input = |run_id: &str, input: serde_json::Value| NewRun { input, ..keyed(run_id, "order-7") };
+    let runs =
+        [with_input("r1", json!({"n": 1})), with_input("r2", json!({"n": 1})), with_input("r3", json!({"n": 2}))];
+
+    let outcome = write_runs(&store, &runs).await;
 
     let created: Vec<&CreateOutcome> = outcome.created.iter().map(|(c, _)| c).collect();
     assert_eq!(
@@ -67,15 +74,9 @@ async fn runs_in_one_batch_apply_their_idempotency_keys_in_order(store: Store) {
 
 async fn runs_with_and_without_keys_interleaved_get_their_own_outcomes(store: Store) {
     let doc = steps(vec![noop("a", &[], json!({}))]);
-    let with_key = |run_id: &str| {
-        let mut r = new_run(run_id, &doc);
-        r.idempotency_key = Some("k".into());
-        r
-    };
-    let runs = [new_run("u1", &doc), with_key("k1"), new_run("u2", &doc), with_key("k2")];
-    let nobody = |_: usize| Vec::new();
+    let runs = [new_run("u1", &doc), keyed("k1", "k"), new_run("u2", &doc), keyed("k2", "k")];
 
-    let outcome = store.write_batch(&runs, &[], &[], LIMITS, TTL, T0, &nobody).await.expect("the batch commits");
+    let outcome = write_runs(&store, &runs).await;
 
     let created: Vec<&CreateOutcome> = outcome.created.iter().map(|(c, _)| c).collect();
     assert_eq!(

@@ -73,12 +73,17 @@ async fn store_runs_together(store: &Store) {
     assert_eq!(outcome.created.len(), 3);
 }
 
+/// The migrated PostgreSQL store on `pool`, and a fresh SQLite store for test `name`.
+async fn both(pool: sqlx::PgPool, name: &str) -> (Store, SqliteDb) {
+    let postgres = Store::Postgres(pool);
+    postgres.migrate().await.expect("the PostgreSQL migrations apply to a fresh database");
+    (postgres, SqliteDb::create(&format!("columns::{name}")).await)
+}
+
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL contract tests skipped")]
 async fn postgresql_stores_runs_created_together_as_sqlite_does(pool: sqlx::PgPool) {
-    let postgres = Store::Postgres(pool);
-    postgres.migrate().await.expect("the PostgreSQL migrations apply to a fresh database");
-    let sqlite = SqliteDb::create("columns::postgresql_stores_runs_created_together_as_sqlite_does").await;
+    let (postgres, sqlite) = both(pool, "postgresql_stores_runs_created_together_as_sqlite_does").await;
 
     store_runs_together(&postgres).await;
     store_runs_together(&sqlite.store).await;
@@ -98,9 +103,7 @@ async fn postgresql_stores_runs_created_together_as_sqlite_does(pool: sqlx::PgPo
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL contract tests skipped")]
 async fn postgresql_stores_every_column_of_a_new_step_as_sqlite_does(pool: sqlx::PgPool) {
-    let postgres = Store::Postgres(pool);
-    postgres.migrate().await.expect("the PostgreSQL migrations apply to a fresh database");
-    let sqlite = SqliteDb::create("columns::postgresql_stores_every_column_of_a_new_step_as_sqlite_does").await;
+    let (postgres, sqlite) = both(pool, "postgresql_stores_every_column_of_a_new_step_as_sqlite_does").await;
 
     store_the_run(&postgres).await;
     store_the_run(&sqlite.store).await;
