@@ -47,7 +47,7 @@ struct Inner {
     /// Wake-ups to and from other orchestrators sharing a PostgreSQL database.
     peers: Arc<peers::Peers>,
     /// Dropped with the engine: stops the peer channel's tasks.
-    _peers_stop: tokio::sync::watch::Sender<()>,
+    peers_stop: tokio::sync::watch::Sender<()>,
     started_at_ms: i64,
     /// In-process observations for `/metrics`.
     metrics: Metrics,
@@ -116,7 +116,7 @@ impl Engine {
             config,
             wake: Notify::new(),
             peers: Arc::new(peers::Peers::new()),
-            _peers_stop: peers_stop,
+            peers_stop,
             started_at_ms,
             metrics: Metrics::new(),
             spans: AttemptSpans::default(),
@@ -125,7 +125,7 @@ impl Engine {
             event_wait_start: tokio::sync::Mutex::new(()),
         });
         commit::spawn_writer(Arc::downgrade(&inner), writer);
-        peers::spawn(Arc::downgrade(&inner), &inner.store, &inner.peers, &inner._peers_stop);
+        peers::spawn(&inner);
         Ok(Engine { inner })
     }
 

@@ -91,14 +91,15 @@ fn parse(payload: &str) -> Option<Message<'_>> {
     }
 }
 
-/// Starts the listening and the sending task of the peer channel (PostgreSQL only). Both end when `stop`'s
-/// sender is dropped (with the engine); the listener wakes the engine's polls through `engine` while it lives.
-pub(super) fn spawn(engine: Weak<Inner>, store: &Store, peers: &Arc<Peers>, stop: &watch::Sender<()>) {
-    if !matches!(store, Store::Postgres(_)) {
+/// Starts the listening and the sending task of `inner`'s peer channel (PostgreSQL only). Both end when the
+/// engine's stop sender is dropped (with the engine); the listener wakes the engine's polls while it lives.
+pub(super) fn spawn(inner: &Arc<Inner>) {
+    if !matches!(inner.store, Store::Postgres(_)) {
         return;
     }
-    tokio::spawn(listen(engine, store.clone(), Arc::clone(peers), stop.subscribe()));
-    tokio::spawn(send(store.clone(), Arc::clone(peers), stop.subscribe()));
+    let (store, peers) = (&inner.store, &inner.peers);
+    tokio::spawn(listen(Arc::downgrade(inner), store.clone(), Arc::clone(peers), inner.peers_stop.subscribe()));
+    tokio::spawn(send(store.clone(), Arc::clone(peers), inner.peers_stop.subscribe()));
 }
 
 async fn listen(engine: Weak<Inner>, store: Store, peers: Arc<Peers>, mut stop: watch::Receiver<()>) {
