@@ -58,11 +58,11 @@ impl StoreError {
     /// SQLite busy or locked (primary codes 5, 6). Nothing was applied, and the same statements run again at once
     /// would likely meet the same condition.
     pub fn is_contended(&self) -> bool {
-        let StoreError::Database(sqlx::Error::Database(db)) = self else { return false };
-        let Some(code) = db.code() else { return false };
+        let StoreError::Database(e) = self else { return false };
+        let Some(code) = e.as_database_error().and_then(|db| db.code()) else { return false };
         match code.parse::<i32>() {
             Ok(sqlite) => matches!(sqlite & 0xff, 5 | 6),
-            Err(_) => matches!(&*code, "40P01" | "40001" | "55P03" | "57014"),
+            Err(_) => crate::is_transient_conflict(e) || matches!(&*code, "55P03" | "57014"),
         }
     }
 

@@ -365,7 +365,7 @@ fn conflict_pause(error: &StoreError, tries: u32) -> Option<std::time::Duration>
 
 /// PostgreSQL deadlock (`40P01`) or serialization failure (`40001`): the transaction was rolled back and may be
 /// run again as a whole.
-fn is_transient_conflict(e: &sqlx::Error) -> bool {
+pub(crate) fn is_transient_conflict(e: &sqlx::Error) -> bool {
     e.as_database_error().and_then(|d| d.code()).is_some_and(|code| code == "40P01" || code == "40001")
 }
 
