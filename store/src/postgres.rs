@@ -31,6 +31,7 @@ impl_step_tx!(
 
 pub(crate) mod complete_and_claim;
 pub(crate) mod complete_leaves;
+pub(crate) mod lost_commit;
 #[cfg(test)]
 mod plans;
 mod runs;

@@ -24,6 +24,7 @@ use crate::flow::finish::ReportLimits;
 use crate::model::{BatchOutcome, ClaimRequest, Lease, NewRun, ReportItem};
 use crate::postgres::complete_and_claim::{Candidate, committed, complete_and_claim, outcome};
 use crate::postgres::complete_leaves::{self, LeafBatch, complete_leaves_and_claim};
+use crate::postgres::lost_commit;
 use crate::{Store, conflict_pause, postgres, tx};
 
 /// Writes batches for one task, holding its PostgreSQL connection between them (see the module docs). Made by
@@ -85,7 +86,11 @@ impl BatchWriter {
     /// A held connection that the server closed while the writer was idle (a database restart, a terminated
     /// session) fails at `BEGIN`, before anything was applied: it is dropped and the transaction begins on a
     /// fresh one from the pool, up to once per pooled connection. After any other error the connection is closed,
-    /// not returned to the pool, so a connection left in an unknown state is never reused by anyone.
+    /// not returned to the pool, so a connection left in an unknown state is never reused by anyone. When the
+    /// connection is lost while `COMMIT` is under way, the steps the batch leased are read back on a fresh
+    /// connection ([`lost_commit`]): found, the batch is answered as committed, leases and all; not found, it is
+    /// written again; with nothing leased to read it by, it fails with the retryable `Database` error as before
+    /// (reports are fenced by their lease, so a worker's resent report changes nothing).
     ///
     /// A batch with new runs always takes the general path: the one-call functions know only reports and claims.
     ///
@@ -243,6 +248,21 @@ async fn write_general(
                 return Err(e.into());
             }
             Attempt::Done(Ok(outcome)) => return Ok(outcome),
+            Attempt::CommitLost(outcome, e) => {
+                discard(held);
+                match lost_commit::leases_committed(pool, &outcome, batch.now_ms).await {
+                    Ok(Some(true)) => {
+                        tracing::debug!(error = %e, "a batch's COMMIT answer was lost; its leases show it committed");
+                        return Ok(outcome);
+                    }
+                    Ok(Some(false)) if closed < postgres::MAX_CONNECTIONS => {
+                        tracing::debug!(error = %e, "a batch's COMMIT was lost before it committed; writing it again");
+                        closed += 1;
+                    }
+                    // Nothing leased to read the outcome by, or the read failed: unknown, as a lost `COMMIT` is.
+                    _ => return Err(e.into()),
+                }
+            }
             Attempt::Done(Err(e)) => {
                 tries += 1;
                 let Some(pause) = conflict_pause(&e, tries) else {
@@ -310,9 +330,8 @@ async fn held_connection<'c>(
 /// `read_back` reads on a fresh connection what it committed ([`committed`], [`complete_leaves::committed`]):
 /// the batch is then answered from that, or goes the general way if nothing was found (the usual case: the
 /// connection was already closed when the call was sent, after a database restart or a terminated session).
-/// For the chain call this also hands out the dependent the call leased rather than leaving it to lease expiry
-/// (where a non-idempotent step would be parked as `outcome_unknown` though it never started); the leaf call's
-/// read-back answers the claims with nothing (see [`complete_leaves::committed`]).
+/// Either read-back also hands out the steps the call leased rather than leaving them to lease expiry (where a
+/// non-idempotent step would be parked as `outcome_unknown` though it never started).
 async fn one_call<T>(
     held: &mut Option<PoolConnection<Postgres>>,
     pool: &PgPool,
@@ -349,6 +368,9 @@ fn discard(held: &mut Option<PoolConnection<Postgres>>) {
 enum Attempt {
     /// The connection was already closed at `BEGIN`: nothing was applied.
     Closed(sqlx::Error),
+    /// The connection was lost while `COMMIT` was under way: the transaction, which would have had this
+    /// outcome, may have committed or not ([`lost_commit`] tells).
+    CommitLost(BatchOutcome, sqlx::Error),
     /// Committed, or failed after `BEGIN` (rolled back).
     Done(StoreResult<BatchOutcome>),
 }
@@ -371,18 +393,24 @@ async fn write_once(held: &mut Option<PoolConnection<Postgres>>, pool: &PgPool, 
         Err(e) if postgres::lost_connection(&e) => return Attempt::Closed(e),
         Err(e) => return Attempt::Done(Err(e.into())),
     };
-    Attempt::Done(
-        async {
-            let mut events = Vec::new();
-            let Batch { runs, items, claims, limits, lease_ttl_ms, now_ms, handoff } = *batch;
-            let outcome =
-                report_batch(&mut tx, runs, items, claims, limits, lease_ttl_ms, now_ms, handoff, &mut events).await?;
-            tx::StepTx::events_insert(&mut tx, &events).await?;
-            tx.commit().await?;
-            Ok(outcome)
-        }
-        .await,
-    )
+    let written = async {
+        let mut events = Vec::new();
+        let Batch { runs, items, claims, limits, lease_ttl_ms, now_ms, handoff } = *batch;
+        let outcome =
+            report_batch(&mut tx, runs, items, claims, limits, lease_ttl_ms, now_ms, handoff, &mut events).await?;
+        tx::StepTx::events_insert(&mut tx, &events).await?;
+        Ok::<_, StoreError>(outcome)
+    }
+    .await;
+    let outcome = match written {
+        Ok(outcome) => outcome,
+        Err(e) => return Attempt::Done(Err(e)),
+    };
+    match tx.commit().await {
+        Ok(()) => Attempt::Done(Ok(outcome)),
+        Err(e) if postgres::lost_connection(&e) => Attempt::CommitLost(outcome, e),
+        Err(e) => Attempt::Done(Err(e.into())),
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! (`store/src/writer.rs`), so a write transaction whose connection was closed by the server must begin again on
 //! another one instead of failing; so must a chain step or a leaf batch whose one call (`cairn_complete_and_claim`,
 //! `cairn_complete_leaves_and_claim`) meets a closed connection; and a leaf call whose answer is lost after it
-//! committed is answered from what it wrote.
+//! committed, or a general-path batch whose `COMMIT`'s answer is lost, is answered from what it wrote, leases
+//! included (or written again when its `COMMIT` never arrived).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -164,11 +165,27 @@ async fn a_leaf_batch_whose_call_meets_a_closed_connection_goes_through_the_gene
     assert_eq!((tried.committed, tried.fell_back), (0, 1), "the call met the closed connection and wrote nothing");
 }
 
-/// A TCP proxy to PostgreSQL that, once armed (the returned flag), forwards the next statement naming
-/// `cairn_complete_leaves_and_claim` and its execution, then closes the client's socket as soon as the server
-/// answers the execution, without passing the answer on: the call has committed (it is its own transaction) and
-/// the client sees a lost connection. Returns the proxy's port and the flag (unarmed: the migrations name the function too).
-async fn proxy_losing_the_leaf_calls_answer(server: std::net::SocketAddr) -> (u16, Arc<AtomicBool>) {
+/// What a [`proxy`] does, once armed, to the next message naming its statement.
+#[derive(Clone, Copy, PartialEq)]
+enum Loss {
+    /// Forwards the statement's execution, then closes the client's socket as soon as the server answers it,
+    /// without passing the answer on: the statement ran, and the client sees a lost connection.
+    Answer,
+    /// Closes both sockets instead of forwarding the message: the statement never reached the server.
+    Request,
+}
+
+/// A TCP proxy to PostgreSQL that, once armed (the returned flag), loses the answer to or the request of the next
+/// message naming `statement` (`loss`). With `prepared`, the statement's execution is the client's write after
+/// that message: sqlx prepares a statement (`Parse`, `Describe`, `Sync`) in one write and runs it (`Bind`,
+/// `Execute`, `Sync`) in the next; a simple query (`COMMIT`) runs in the write naming it. Returns the proxy's
+/// port and the flag (left unarmed while the migrations run: they name the functions too).
+async fn proxy(
+    server: std::net::SocketAddr,
+    statement: &'static [u8],
+    prepared: bool,
+    loss: Loss,
+) -> (u16, Arc<AtomicBool>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
@@ -184,20 +201,21 @@ async fn proxy_losing_the_leaf_calls_answer(server: std::net::SocketAddr) -> (u1
             let (armed, doomed_up) = (armed.clone(), doomed.clone());
             tokio::spawn(async move {
                 let mut buf = vec![0_u8; 64 * 1024];
-                // sqlx prepares a statement (`Parse`, `Describe`, `Sync`) in one write and runs it (`Bind`,
-                // `Execute`, `Sync`) in the next: the call runs with the write after the one naming it.
-                let mut prepared = false;
+                let mut next_runs_it = false;
                 while let Ok(n) = client_read.read(&mut buf).await {
                     if n == 0 {
                         break;
                     }
-                    if prepared {
-                        prepared = false;
-                        doomed_up.store(true, Ordering::SeqCst);
+                    let mut runs_it = std::mem::take(&mut next_runs_it);
+                    let named = buf[..n].windows(statement.len()).any(|w| w == statement);
+                    if named && armed.swap(false, Ordering::SeqCst) {
+                        if prepared { next_runs_it = true } else { runs_it = true }
                     }
-                    let call = buf[..n].windows(31).any(|w| w == b"cairn_complete_leaves_and_claim");
-                    if call && armed.swap(false, Ordering::SeqCst) {
-                        prepared = true;
+                    if runs_it && loss == Loss::Request {
+                        break;
+                    }
+                    if runs_it {
+                        doomed_up.store(true, Ordering::SeqCst);
                     }
                     if server_write.write_all(&buf[..n]).await.is_err() {
                         break;
@@ -207,7 +225,7 @@ async fn proxy_losing_the_leaf_calls_answer(server: std::net::SocketAddr) -> (u1
             tokio::spawn(async move {
                 let mut buf = vec![0_u8; 64 * 1024];
                 while let Ok(n) = server_read.read(&mut buf).await {
-                    // The server answered the doomed call: it committed. Drop both sockets unanswered.
+                    // The server answered the doomed statement: it ran. Drop both sockets unanswered.
                     if n == 0 || doomed.load(Ordering::SeqCst) {
                         break;
                     }
@@ -221,23 +239,41 @@ async fn proxy_losing_the_leaf_calls_answer(server: std::net::SocketAddr) -> (u1
     (port, arm)
 }
 
-#[sqlx::test(migrations = false)]
-#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
-async fn a_leaf_call_that_committed_before_its_answer_was_lost_is_answered_from_the_read_back(
-    _pool: PgPoolOptions,
-    options: PgConnectOptions,
-) {
+/// A migrated store through a [`proxy`] to the test's server, with run `r1` (two roots) created, and the
+/// proxy's flag.
+async fn store_behind(
+    options: &PgConnectOptions,
+    statement: &'static [u8],
+    prepared: bool,
+    loss: Loss,
+) -> (Store, Arc<AtomicBool>) {
     let database = options.get_database().expect("sqlx::test names the database").to_owned();
     let server = tokio::net::lookup_host((options.get_host(), options.get_port()))
         .await
         .expect("the server resolves")
         .next()
         .expect("an address");
-    let (port, armed) = proxy_losing_the_leaf_calls_answer(server).await;
+    let (port, armed) = proxy(server, statement, prepared, loss).await;
     let url = format!("postgres://{}@127.0.0.1:{port}/{database}", options.get_username());
     let store = Store::connect(&url).await.expect("the store connects through the proxy");
     store.migrate().await.expect("migrations apply");
     create_r1(&store, false).await;
+    (store, armed)
+}
+
+/// Each step's id, status and attempt, for `r1`.
+async fn steps_of_r1(store: &Store) -> Vec<(String, String, u32)> {
+    let steps = store.steps("r1").await.expect("steps");
+    steps.into_iter().map(|s| (s.id, s.status, s.attempts)).collect()
+}
+
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn a_leaf_call_that_committed_before_its_answer_was_lost_is_answered_from_the_read_back(
+    _pool: PgPoolOptions,
+    options: PgConnectOptions,
+) {
+    let (store, armed) = store_behind(&options, b"cairn_complete_leaves_and_claim", true, Loss::Answer).await;
     let mut writer = store.batch_writer();
     let first = batch(&mut writer, &[], 1).await;
     let first = first.expect("a root is claimed").claimed[0][0].clone();
@@ -249,13 +285,61 @@ async fn a_leaf_call_that_committed_before_its_answer_was_lost_is_answered_from_
     assert!(!armed.load(Ordering::SeqCst), "the proxy lost the call's answer");
     let outcome = after.expect("the batch is answered from the read-back");
     assert_eq!(outcome.reports, [Report::Succeeded], "the completion committed: not answered stale");
-    assert_eq!(outcome.claimed, [Vec::new()], "what the call leased is not known, so nothing is handed out");
+    let handed: Vec<(&str, u32)> =
+        outcome.claimed[0].iter().map(|c| (c.lease.step_id.as_str(), c.lease.attempt)).collect();
+    assert_eq!(handed, [("b", 1)], "the step the call leased reaches the worker, not lease expiry");
     let tried = writer.leaf_call_counts();
     assert_eq!((tried.committed, tried.fell_back, tried.unknown), (1, 0, 0), "counted as the call that committed");
-    let steps = store.steps("r1").await.expect("steps");
-    let status: Vec<(&str, &str)> = steps.iter().map(|s| (s.id.as_str(), s.status.as_str())).collect();
-    assert_eq!(status, [("a", "succeeded"), ("b", "running")], "the call's writes, once: b waits for lease expiry");
+    let status = steps_of_r1(&store).await;
+    assert_eq!(status, [("a".into(), "succeeded".into(), 1), ("b".into(), "running".into(), 1)], "written once");
     let events = store.events("r1", 0, 100).await.expect("events");
     let kinds = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
     assert_eq!((kinds("step_succeeded"), kinds("step_started")), (1, 2), "written once: {events:?}");
+}
+
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn a_batch_whose_commit_answer_was_lost_is_answered_with_the_leases_it_made(
+    _pool: PgPoolOptions,
+    options: PgConnectOptions,
+) {
+    let (store, armed) = store_behind(&options, b"COMMIT", false, Loss::Answer).await;
+    let mut writer = store.batch_writer();
+    armed.store(true, Ordering::SeqCst);
+
+    let claimed = batch(&mut writer, &[], 1).await;
+
+    assert!(!armed.load(Ordering::SeqCst), "the proxy lost the COMMIT's answer");
+    let claimed = claimed.expect("the batch is answered from what committed");
+    let leased: Vec<(&str, u32)> =
+        claimed.claimed[0].iter().map(|c| (c.lease.step_id.as_str(), c.lease.attempt)).collect();
+    assert_eq!(leased, [("a", 1)], "the lease the transaction made reaches the worker, not lease expiry");
+    let status = steps_of_r1(&store).await;
+    assert_eq!(status, [("a".into(), "running".into(), 1), ("b".into(), "ready".into(), 0)], "written once");
+}
+
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn a_batch_whose_commit_never_reached_the_server_is_written_again(
+    _pool: PgPoolOptions,
+    options: PgConnectOptions,
+) {
+    let (store, armed) = store_behind(&options, b"COMMIT", false, Loss::Request).await;
+    let mut writer = store.batch_writer();
+    armed.store(true, Ordering::SeqCst);
+
+    let claimed = batch(&mut writer, &[], 1).await;
+
+    assert!(!armed.load(Ordering::SeqCst), "the proxy lost the COMMIT");
+    let claimed = claimed.expect("the batch is written again on a fresh connection");
+    let [leased] = claimed.claimed[0].as_slice() else { panic!("one step leased: {:?}", claimed.claimed) };
+    assert_eq!(leased.lease.attempt, 1, "leased once, by the second try");
+    // The second try may find `a` still locked by the first one's server process, which has not yet noticed its
+    // client is gone, and lease `b` instead.
+    let other = if leased.lease.step_id == "a" { "b" } else { "a" };
+    let mut expected = vec![(leased.lease.step_id.clone(), "running".into(), 1), (other.into(), "ready".into(), 0)];
+    expected.sort();
+    assert_eq!(steps_of_r1(&store).await, expected, "written once");
+    let events = store.events("r1", 0, 100).await.expect("events");
+    assert_eq!(events.iter().filter(|e| e.kind == "step_started").count(), 1, "written once: {events:?}");
 }

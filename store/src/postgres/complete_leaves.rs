@@ -82,6 +82,16 @@ impl<'a> LeafBatch<'a> {
     }
 }
 
+impl LeafBatch<'_> {
+    /// The claim groups as the call's columns: each group's worker, and its actions as a JSON array.
+    fn group_columns(&self) -> (Vec<&str>, Vec<String>) {
+        let workers = self.groups.iter().map(|(worker, _, _)| *worker).collect();
+        let actions =
+            self.groups.iter().map(|(_, actions, _)| serde_json::Value::from(actions.to_vec()).to_string()).collect();
+        (workers, actions)
+    }
+}
+
 /// A row of [`CALL`]: a success (`claim_group` 0: only the lease's columns are set) or a step leased for the
 /// claim group of that 1-based index.
 #[derive(sqlx::FromRow)]
@@ -124,9 +134,7 @@ pub(crate) async fn complete_leaves_and_claim(
     let steps: Vec<&str> = batch.leases.iter().map(|l| l.step_id.as_str()).collect();
     let attempts: Vec<i64> = batch.leases.iter().map(|l| i64::from(l.attempt)).collect();
     let workers: Vec<&str> = batch.leases.iter().map(|l| l.worker_id.as_str()).collect();
-    let claim_workers: Vec<&str> = batch.groups.iter().map(|(worker, _, _)| *worker).collect();
-    let claim_actions: Vec<String> =
-        batch.groups.iter().map(|(_, actions, _)| serde_json::Value::from(actions.to_vec()).to_string()).collect();
+    let (claim_workers, claim_actions) = batch.group_columns();
     let claim_limits: Vec<i64> = batch
         .groups
         .iter()
@@ -154,12 +162,17 @@ pub(crate) async fn complete_leaves_and_claim(
 }
 
 /// Whether a call for `batch` at `now` committed, read on a fresh connection from `pool` after the call's
-/// connection was lost: the successes as the call would have returned them if any lease of the batch is found
-/// succeeded at `now` (the call's own write, assuming no other orchestrator completed a lease of the batch at the
-/// same millisecond: a worker reports to the orchestrator that handed out its lease), `None` if none is. What the call leased cannot be told from what an earlier batch leased to the same worker in the same
-/// millisecond, so after a committed call the claims are answered with nothing and those steps come back by lease
-/// expiry. `None` also when the call committed with no current lease (every report stale), in which case its
-/// claims' steps come back the same way; and a server process that still runs the call after losing its client (a
+/// connection was lost: the rows the call would have returned if any lease of the batch is found succeeded at
+/// `now` (the call's own write, assuming no other orchestrator completed a lease of the batch at the same
+/// millisecond: a worker reports to the orchestrator that handed out its lease), `None` if none is. The steps the
+/// call leased are found by the transaction that wrote them: a running step leased at `now` to one of the claim
+/// groups' workers whose row version the same transaction wrote as the successes' (`xmin`: the call is one
+/// transaction without subtransactions). They are returned in claim order, each under the first claim group of
+/// its worker that serves its action, so they reach the workers that asked instead of waiting for lease expiry
+/// (where a non-idempotent step would be parked as `outcome_unknown` though it never started).
+///
+/// `None` also when the call committed with no current lease (every report stale), in which case its claims'
+/// steps come back by lease expiry; and a server process that still runs the call after losing its client (a
 /// network cut, not a terminated session) may commit after this read. The usual case, a connection that was
 /// already closed when the call was sent (a database restart, a terminated session), reads `None`, and the
 /// general path then writes the batch on a fresh connection.
@@ -175,6 +188,7 @@ pub(crate) async fn committed(
     let runs: Vec<&str> = batch.leases.iter().map(|l| l.run_id.as_str()).collect();
     let steps: Vec<&str> = batch.leases.iter().map(|l| l.step_id.as_str()).collect();
     let attempts: Vec<i64> = batch.leases.iter().map(|l| i64::from(l.attempt)).collect();
+    let (claim_workers, claim_actions) = batch.group_columns();
     // The pool's other connections may have died with the call's (a database restart).
     let read = || {
         sqlx::query_as::<Postgres, CallRow>(COMMITTED)
@@ -182,20 +196,34 @@ pub(crate) async fn committed(
             .bind(&steps)
             .bind(&attempts)
             .bind(now)
+            .bind(&claim_workers)
+            .bind(&claim_actions)
             .fetch_all(pool)
     };
     let rows = super::on_a_live_connection(read).await?;
-    Ok((!rows.is_empty()).then_some(rows))
+    Ok(rows.iter().any(|row| row.claim_group == 0).then_some(rows))
 }
 
-/// The read of [`committed`], shaped as the call's success rows. Index: `steps` PK.
-const COMMITTED: &str = "SELECT 0 AS claim_group, s.run_id, s.step_id, s.attempt, NULL::text AS action, \
-     NULL::text AS args, NULL::int8 AS timeout_ms, NULL::int8 AS heartbeat_timeout_ms, NULL::int8 AS deadline_at, \
-     NULL::text AS checkpoint, NULL::int8 AS available_at, NULL::text AS successor_action, \
-     NULL::int8 AS child_count \
-     FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS l(run_id, step_id, attempt) \
-     JOIN steps s ON s.run_id = l.run_id AND s.step_id = l.step_id AND s.attempt = l.attempt \
-     WHERE (s.status = 'succeeded') IS TRUE AND s.finished_at = $4";
+/// The read of [`committed`], shaped as the call's rows: the successes (claim group 0), then the leased steps by
+/// claim group in claim order. Index: `steps` PK for the successes, `steps_lease_idx` for the leased steps.
+const COMMITTED: &str = "WITH done AS (SELECT s.run_id, s.step_id, s.attempt, s.xmin AS writer \
+       FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS l(run_id, step_id, attempt) \
+       JOIN steps s ON s.run_id = l.run_id AND s.step_id = l.step_id AND s.attempt = l.attempt \
+       WHERE (s.status = 'succeeded') IS TRUE AND s.finished_at = $4), \
+     leased AS (SELECT (SELECT min(g) FROM generate_subscripts($5::text[], 1) AS g \
+           WHERE ($5::text[])[g] = s.lease_owner \
+             AND s.action IN (SELECT jsonb_array_elements_text((($6::text[])[g])::jsonb)))::int4 AS claim_group, \
+         s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms, s.deadline_at, \
+         s.checkpoint, s.available_at, s.successor_action, s.child_count \
+       FROM steps s WHERE (s.status = 'running') IS TRUE AND s.lease_expires_at > $4 AND s.started_at = $4 \
+         AND s.lease_owner = ANY ($5::text[]) AND s.xmin = (SELECT writer FROM done LIMIT 1)) \
+     SELECT 0 AS claim_group, run_id, step_id, attempt, NULL::text AS action, NULL::text AS args, \
+       NULL::int8 AS timeout_ms, NULL::int8 AS heartbeat_timeout_ms, NULL::int8 AS deadline_at, \
+       NULL::text AS checkpoint, NULL::int8 AS available_at, NULL::text AS successor_action, \
+       NULL::int8 AS child_count FROM done \
+     UNION ALL \
+     SELECT * FROM leased WHERE claim_group IS NOT NULL \
+     ORDER BY claim_group, available_at, run_id, step_id";
 
 /// The batch's outcome once the call committed `rows`: each report `Succeeded` when its lease is among the
 /// successes, `Stale` otherwise (its lease was not current: nothing changed, as on the general path); each claim
@@ -365,7 +393,16 @@ mod tests {
         let rows = committed(pg, &batch, T0 + 1).await.expect("read").expect("the call committed");
         let read = outcome(rows, &batch, T0 + 1).expect("an outcome");
         assert_eq!(read.reports, [Report::Succeeded, Report::Stale], "answered as the call would have");
-        assert_eq!(read.claimed, [Vec::new()], "what the call leased is not known: nothing is handed out");
+        let leased: Vec<(&str, u32)> =
+            read.claimed[0].iter().map(|c| (c.lease.step_id.as_str(), c.lease.attempt)).collect();
+        assert_eq!(leased, [("c", 1)], "the step the call leased is handed out, not left to lease expiry");
+        sqlx::query("UPDATE steps SET heartbeat_at = heartbeat_at WHERE run_id = 'r2'").execute(pg).await.expect("ok");
+        let rows = committed(pg, &batch, T0 + 1).await.expect("read").expect("the call committed");
+        assert_eq!(
+            outcome(rows, &batch, T0 + 1).expect("an outcome").claimed,
+            [Vec::new()],
+            "a row version another transaction wrote is not the call's"
+        );
         assert!(committed(pg, &batch, T0 + 2).await.expect("read").is_none(), "another instant: not this call");
         sqlx::query("UPDATE steps SET status = 'failed' WHERE run_id = 'r1' AND step_id = 'a'")
             .execute(pg)
