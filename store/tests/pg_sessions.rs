@@ -297,19 +297,24 @@ async fn a_leaf_call_that_committed_before_its_answer_was_lost_is_answered_from_
     assert_eq!((kinds("step_succeeded"), kinds("step_started")), (1, 2), "written once: {events:?}");
 }
 
+/// A claim by `w1` through a store whose `COMMIT` the proxy loses (`loss`): the store and the batch's outcome.
+async fn claim_losing_the_commit(options: &PgConnectOptions, loss: Loss) -> (Store, StoreResult<BatchOutcome>) {
+    let (store, armed) = store_behind(options, b"COMMIT", false, loss).await;
+    let mut writer = store.batch_writer();
+    armed.store(true, Ordering::SeqCst);
+    let claimed = batch(&mut writer, &[], 1).await;
+    assert!(!armed.load(Ordering::SeqCst), "the proxy lost the COMMIT or its answer");
+    (store, claimed)
+}
+
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
 async fn a_batch_whose_commit_answer_was_lost_is_answered_with_the_leases_it_made(
     _pool: PgPoolOptions,
     options: PgConnectOptions,
 ) {
-    let (store, armed) = store_behind(&options, b"COMMIT", false, Loss::Answer).await;
-    let mut writer = store.batch_writer();
-    armed.store(true, Ordering::SeqCst);
+    let (store, claimed) = claim_losing_the_commit(&options, Loss::Answer).await;
 
-    let claimed = batch(&mut writer, &[], 1).await;
-
-    assert!(!armed.load(Ordering::SeqCst), "the proxy lost the COMMIT's answer");
     let claimed = claimed.expect("the batch is answered from what committed");
     let leased: Vec<(&str, u32)> =
         claimed.claimed[0].iter().map(|c| (c.lease.step_id.as_str(), c.lease.attempt)).collect();
@@ -324,13 +329,8 @@ async fn a_batch_whose_commit_never_reached_the_server_is_written_again(
     _pool: PgPoolOptions,
     options: PgConnectOptions,
 ) {
-    let (store, armed) = store_behind(&options, b"COMMIT", false, Loss::Request).await;
-    let mut writer = store.batch_writer();
-    armed.store(true, Ordering::SeqCst);
+    let (store, claimed) = claim_losing_the_commit(&options, Loss::Request).await;
 
-    let claimed = batch(&mut writer, &[], 1).await;
-
-    assert!(!armed.load(Ordering::SeqCst), "the proxy lost the COMMIT");
     let claimed = claimed.expect("the batch is written again on a fresh connection");
     let [leased] = claimed.claimed[0].as_slice() else { panic!("one step leased: {:?}", claimed.claimed) };
     assert_eq!(leased.lease.attempt, 1, "leased once, by the second try");
