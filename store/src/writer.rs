@@ -89,7 +89,8 @@ impl BatchWriter {
     /// not returned to the pool, so a connection left in an unknown state is never reused by anyone. When the
     /// connection is lost while `COMMIT` is under way, the steps the batch leased are read back on a fresh
     /// connection ([`lost_commit`]): found, the batch is answered as committed, leases and all; not found, it is
-    /// written again; with nothing leased to read it by, it fails with the retryable `Database` error as before
+    /// written again (within the same once-per-pooled-connection budget as a connection closed at `BEGIN`); with
+    /// nothing leased to read it by, it fails with the retryable `Database` error as before
     /// (reports are fenced by their lease, so a worker's resent report changes nothing).
     ///
     /// A batch with new runs always takes the general path: the one-call functions know only reports and claims.

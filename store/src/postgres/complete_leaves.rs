@@ -200,30 +200,63 @@ pub(crate) async fn committed(
             .bind(&claim_actions)
             .fetch_all(pool)
     };
-    let rows = super::on_a_live_connection(read).await?;
-    Ok(rows.iter().any(|row| row.claim_group == 0).then_some(rows))
+    let mut rows = super::on_a_live_connection(read).await?;
+    if !rows.iter().any(|row| row.claim_group == 0) {
+        return Ok(None);
+    }
+    deal_to_groups(&mut rows, batch);
+    Ok(Some(rows))
 }
 
-/// The read of [`committed`], shaped as the call's rows: the successes (claim group 0), then the leased steps by
-/// claim group in claim order. Index: `steps` PK for the successes, `steps_lease_idx` for the leased steps.
-const COMMITTED: &str = "WITH done AS (SELECT s.run_id, s.step_id, s.attempt, s.xmin AS writer \
+/// Gives each leased row of `rows` (in claim order, each marked with the first claim group of its worker that
+/// serves its action) the group that leased it, as the call's claims did: groups of one worker whose actions
+/// overlap take the steps they serve oldest first, each up to the sum of its requests' limits. Then sorts the
+/// rows by group, keeping claim order within each.
+fn deal_to_groups(rows: &mut [CallRow], batch: &LeafBatch<'_>) {
+    let mut room: Vec<u64> = batch
+        .groups
+        .iter()
+        .map(|(_, _, requests)| requests.iter().map(|&i| u64::from(batch.claims[i].limit)).sum())
+        .collect();
+    for row in rows.iter_mut() {
+        let first = usize::try_from(row.claim_group - 1).ok().filter(|&g| g < batch.groups.len());
+        let Some(first) = first else { continue };
+        let worker = batch.groups[first].0;
+        let serves = |g: &usize| {
+            let (w, actions, _) = &batch.groups[*g];
+            *w == worker && row.step.action.as_ref().is_some_and(|a| actions.contains(a))
+        };
+        let group = (0..batch.groups.len()).filter(serves).find(|&g| room[g] > 0).unwrap_or(first);
+        room[group] = room[group].saturating_sub(1);
+        row.claim_group = i32::try_from(group + 1).unwrap_or(row.claim_group);
+    }
+    rows.sort_by_key(|row| row.claim_group);
+}
+
+/// The read of [`committed`], shaped as the call's rows: the successes (claim group 0), then the leased steps in
+/// claim order, each under the first claim group of its worker that serves its action ([`deal_to_groups`] then
+/// deals them as the call did). The leased steps are read only when every success has the same writing
+/// transaction, the call's. Index: `steps` PK for the successes, `steps_lease_idx` for the leased steps.
+const COMMITTED: &str = "WITH done AS (SELECT s.run_id, s.step_id, s.attempt, s.xmin::text AS writer \
        FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS l(run_id, step_id, attempt) \
        JOIN steps s ON s.run_id = l.run_id AND s.step_id = l.step_id AND s.attempt = l.attempt \
        WHERE (s.status = 'succeeded') IS TRUE AND s.finished_at = $4), \
+     call AS (SELECT min(writer) AS writer FROM done HAVING count(DISTINCT writer) = 1), \
      leased AS (SELECT (SELECT min(g) FROM generate_subscripts($5::text[], 1) AS g \
            WHERE ($5::text[])[g] = s.lease_owner \
              AND s.action IN (SELECT jsonb_array_elements_text((($6::text[])[g])::jsonb)))::int4 AS claim_group, \
          s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms, s.deadline_at, \
          s.checkpoint, s.available_at, s.successor_action, s.child_count \
-       FROM steps s WHERE (s.status = 'running') IS TRUE AND s.lease_expires_at > $4 AND s.started_at = $4 \
-         AND s.lease_owner = ANY ($5::text[]) AND s.xmin = (SELECT writer FROM done LIMIT 1)) \
+       FROM call c JOIN steps s ON s.xmin::text = c.writer \
+       WHERE s.status = 'running' AND s.lease_expires_at > $4 AND s.started_at = $4 \
+         AND s.lease_owner = ANY ($5::text[])) \
      SELECT 0 AS claim_group, run_id, step_id, attempt, NULL::text AS action, NULL::text AS args, \
        NULL::int8 AS timeout_ms, NULL::int8 AS heartbeat_timeout_ms, NULL::int8 AS deadline_at, \
        NULL::text AS checkpoint, NULL::int8 AS available_at, NULL::text AS successor_action, \
        NULL::int8 AS child_count FROM done \
      UNION ALL \
      SELECT * FROM leased WHERE claim_group IS NOT NULL \
-     ORDER BY claim_group, available_at, run_id, step_id";
+     ORDER BY available_at, run_id, step_id";
 
 /// The batch's outcome once the call committed `rows`: each report `Succeeded` when its lease is among the
 /// successes, `Stale` otherwise (its lease was not current: nothing changed, as on the general path); each claim
@@ -409,6 +442,48 @@ mod tests {
             .await
             .expect("updated");
         assert!(committed(pg, &batch, T0 + 1).await.expect("read").is_none(), "only a succeeded step counts");
+    }
+
+    #[sqlx::test(migrations = false)]
+    #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+    async fn the_read_back_deals_leased_steps_as_the_call_did_and_only_for_one_writing_transaction(pool: PgPool) {
+        let (store, leases) = leased(pool, json!([noop("a", &[], json!({})), noop("b", &[], json!({}))])).await;
+        let sleep = json!({"id": "s1", "action": "sleep", "args": {"duration_ms": 1}});
+        // Ready oldest first: n1, n2, s1. The first group serves noop only, the second noop and sleep.
+        submit(&store, "r2", json!([noop("n1", &[], json!({}))]), T0 - 3).await;
+        submit(&store, "r3", json!([noop("n2", &[], json!({}))]), T0 - 2).await;
+        submit(&store, "r4", json!([sleep]), T0 - 1).await;
+        let Store::Postgres(pg) = &store else { unreachable!("a PostgreSQL store") };
+        let items: Vec<ReportItem> =
+            leases.iter().map(|l| ReportItem { lease: l.clone(), kind: ReportKind::Complete(json!({})) }).collect();
+        let claim = |actions: &[&str], limit| ClaimRequest {
+            worker_id: "w1".into(),
+            actions: actions.iter().map(|a| (*a).to_owned()).collect(),
+            limit,
+            now_ms: 0,
+        };
+        let claims = [claim(&["noop"], 1), claim(&["noop", "sleep"], 2)];
+        let batch = LeafBatch::of(&items, &claims, LIMITS, |_| true).expect("a leaf batch's shape");
+        let mut connection = pg.acquire().await.expect("a connection");
+        let rows = complete_leaves_and_claim(&mut connection, &batch, 30_000, T0 + 1).await.expect("ok");
+        let answered = outcome(rows.expect("taken"), &batch, T0 + 1).expect("an outcome");
+        let ids = |outcome: &BatchOutcome| -> Vec<Vec<String>> {
+            outcome.claimed.iter().map(|c| c.iter().map(|s| s.lease.step_id.clone()).collect()).collect()
+        };
+        assert_eq!(ids(&answered), [vec!["n1"], vec!["n2", "s1"]], "the call's own answer");
+
+        let rows = committed(pg, &batch, T0 + 1).await.expect("read").expect("the call committed");
+        let read = outcome(rows, &batch, T0 + 1).expect("an outcome");
+
+        assert_eq!(ids(&read), ids(&answered), "each step goes to the claim group that leased it");
+        sqlx::query("UPDATE steps SET updated_at = updated_at WHERE run_id = 'r1' AND step_id = 'a'")
+            .execute(pg)
+            .await
+            .expect("a written again");
+        let rows = committed(pg, &batch, T0 + 1).await.expect("read").expect("successes are still found");
+        let read = outcome(rows, &batch, T0 + 1).expect("an outcome");
+        assert_eq!(read.reports, [Report::Succeeded, Report::Succeeded]);
+        assert_eq!(read.claimed, [Vec::new(), Vec::new()], "two writing transactions: which leased is not known");
     }
 
     #[sqlx::test(migrations = false)]
