@@ -32,12 +32,14 @@ async fn a_message_reaches_every_listener_and_closing_the_store_ends_listening(p
 
 #[tokio::test]
 async fn sqlite_has_no_peer_channel() {
-    let path = std::env::temp_dir().join(format!("cairn-store-peers-{}.db", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let store = Store::connect(&format!("sqlite:{}", path.display())).await.expect("a SQLite store");
+    // A directory of its own, removed whole: the file's `-wal` and `-shm` companions go with it.
+    let dir = std::env::temp_dir().join(format!("cairn-store-peers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let store = Store::connect(&format!("sqlite:{}", dir.join("x.db").display())).await.expect("a SQLite store");
 
     assert!(store.peer_listener().await.expect("no error").is_none());
     store.notify_peers("wake 0a1b").await.expect("nothing to send, no error");
     drop(store);
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(&dir);
 }
