@@ -34,6 +34,9 @@ pub struct Settings {
     pub max_output_bytes: usize,
     /// Most steps in one plan.
     pub max_steps: usize,
+    /// PostgreSQL only: how long to wait for a connection or an answer before treating the connection as lost,
+    /// in milliseconds (also the `idle_in_transaction_session_timeout` of Cairn's sessions where none is set).
+    pub db_answer_deadline_ms: u64,
 }
 
 impl std::fmt::Debug for Settings {
@@ -62,12 +65,13 @@ impl Default for Settings {
             lease_ttl_ms: 10_000,
             max_output_bytes: 1024 * 1024,
             max_steps: 1000,
+            db_answer_deadline_ms: u64::try_from(cairn_store::DEFAULT_ANSWER_DEADLINE.as_millis()).unwrap_or(30_000),
         }
     }
 }
 
 /// The settings keys, as environment variables take them (`CAIRN_DB`, `CAIRN_API_TOKEN`, …).
-const KEYS: [&str; 10] = [
+const KEYS: [&str; 11] = [
     "db",
     "http",
     "grpc",
@@ -78,6 +82,7 @@ const KEYS: [&str; 10] = [
     "lease_ttl_ms",
     "max_output_bytes",
     "max_steps",
+    "db_answer_deadline_ms",
 ];
 
 impl Settings {

@@ -24,6 +24,8 @@ use crate::grpc::WorkerGrpc;
 pub struct ServerConfig {
     /// `sqlite:PATH` or `postgres://…`.
     pub db_url: String,
+    /// PostgreSQL's answer deadline ([`Store::connect_with`]); default [`cairn_store::DEFAULT_ANSWER_DEADLINE`].
+    pub db_answer_deadline: std::time::Duration,
     /// REST API listen address.
     pub http_addr: SocketAddr,
     /// Worker protocol (gRPC) listen address.
@@ -54,8 +56,9 @@ impl Server {
     /// # Errors
     /// Database unreachable or migrations failing; a listen address in use.
     pub async fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Server> {
-        let store =
-            Store::connect(&config.db_url).await.with_context(|| format!("opening {}", redact(&config.db_url)))?;
+        let store = Store::connect_with(&config.db_url, config.db_answer_deadline)
+            .await
+            .with_context(|| format!("opening {}", redact(&config.db_url)))?;
         let engine = Engine::start(store, clock, Arc::new(StaticCatalog::builtin()), config.engine.clone())
             .await
             .context("starting the engine")?;

@@ -281,6 +281,7 @@ async fn server(planner: Option<Planner>) -> Server {
     let local = SocketAddr::from(([127, 0, 0, 1], 0));
     let config = ServerConfig {
         db_url: "sqlite::memory:".into(),
+        db_answer_deadline: cairn_store::DEFAULT_ANSWER_DEADLINE,
         http_addr: local,
         grpc_addr: local,
         api: ApiConfig { planner: planner.map(Arc::new), ..ApiConfig::default() },

@@ -39,6 +39,7 @@ pub use flow::control::OperatorAction;
 pub use flow::finish::{Report, ReportLimits};
 pub use model::*;
 pub use peers::{PEER_CHANNEL, PeerListener};
+pub use postgres::deadline::DEFAULT_ANSWER_DEADLINE;
 pub use writer::{BatchWriter, OneCallCounts};
 
 /// SQLite migrations (`migrations/sqlite`), embedded in the binary.
@@ -74,14 +75,16 @@ macro_rules! in_tx {
                 let mut tries = 0u32;
                 loop {
                     tries += 1;
-                    let result: StoreResult<_> = async {
+                    // Within the answer deadline: a server that vanished mid-transaction fails it as a lost
+                    // connection instead of stalling this caller for good (`postgres/deadline.rs`).
+                    let result: StoreResult<_> = $crate::postgres::deadline::answered(pool, async {
                         let mut $tx = $crate::postgres::begin(pool).await?;
                         let mut $events = Vec::new();
                         let out = $body;
                         tx::StepTx::events_insert(&mut $tx, &$events).await?;
                         $tx.commit().await?;
                         Ok(out)
-                    }
+                    })
                     .await;
                     match result {
                         Err(e) => match conflict_pause(&e, tries) {
@@ -114,10 +117,21 @@ impl Store {
     /// [`StoreError::UnsupportedUrl`] for another scheme; [`StoreError::Database`] when the database cannot be
     /// reached (retryable); [`StoreError::Migrate`] when migrations fail.
     pub async fn connect(url: &str) -> StoreResult<Store> {
+        Store::connect_with(url, DEFAULT_ANSWER_DEADLINE).await
+    }
+
+    /// As [`Store::connect`], with PostgreSQL's answer deadline (`docs/architecture.md` §10, "A database that
+    /// stops answering"): how long any connection, transaction, read or batch waits for PostgreSQL before it
+    /// fails as a lost connection (retryable), and the `idle_in_transaction_session_timeout` of Cairn's sessions
+    /// where the server sets none. Ignored for SQLite (embedded: nothing to wait for across a network).
+    ///
+    /// # Errors
+    /// As [`Store::connect`].
+    pub async fn connect_with(url: &str, answer_deadline: std::time::Duration) -> StoreResult<Store> {
         let store = if url.starts_with("sqlite:") {
             Store::Sqlite(sqlite::connect(url).await?)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Store::Postgres(postgres::connect(url).await?)
+            Store::Postgres(postgres::connect(url, answer_deadline).await?)
         } else {
             return Err(StoreError::UnsupportedUrl(url.to_owned()));
         };

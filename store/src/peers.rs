@@ -59,7 +59,7 @@ impl Store {
     pub async fn notify_peers(&self, payload: &str) -> StoreResult<()> {
         if let Store::Postgres(pool) = self {
             let notify = sqlx::query("SELECT pg_notify($1, $2)").bind(PEER_CHANNEL).bind(payload);
-            notify.execute(pool).await.map_err(stopped_when_closed)?;
+            crate::postgres::deadline::answered(pool, notify.execute(pool)).await.map_err(stopped_when_closed)?;
         }
         Ok(())
     }

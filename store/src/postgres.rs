@@ -31,6 +31,7 @@ impl_step_tx!(
 
 pub(crate) mod complete_and_claim;
 pub(crate) mod complete_leaves;
+pub(crate) mod deadline;
 pub(crate) mod lost_commit;
 #[cfg(test)]
 mod plans;
@@ -412,13 +413,23 @@ pub(crate) const MAX_CONNECTIONS: u32 = 16;
 /// A pooled connection idle longer than this is pinged before it is handed out.
 const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
-/// Connects to PostgreSQL.
-pub(crate) async fn connect(url: &str) -> StoreResult<PgPool> {
+/// Connects to PostgreSQL, waiting at most `answer_deadline` for a connection and, in every transaction, read
+/// and batch, for an answer ([`deadline`]).
+pub(crate) async fn connect(url: &str, answer_deadline: Duration) -> StoreResult<PgPool> {
+    let idle_in_transaction = deadline::idle_in_transaction_setting(answer_deadline);
     // Pinged before use only after an idle second (see `begin`): a busy connection skips the round trip, one
     // that sat idle through a database restart is found dead and replaced before any statement uses it.
     let pool = PgPoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
+        .acquire_timeout(answer_deadline)
         .test_before_acquire(false)
+        .after_connect(move |conn, _| {
+            let setting = idle_in_transaction.clone();
+            Box::pin(async move {
+                sqlx::Executor::execute(conn, sqlx::raw_sql(sqlx::AssertSqlSafe(setting))).await?;
+                Ok(())
+            })
+        })
         .before_acquire(|conn, meta| {
             Box::pin(async move {
                 if meta.idle_for > PING_AFTER_IDLE {

@@ -19,7 +19,8 @@ macro_rules! on_pool {
             Store::Postgres($pool) => {
                 #[allow(dead_code)]
                 type $db = sqlx::Postgres;
-                $body
+                // Within the answer deadline (`postgres/deadline.rs`).
+                $crate::postgres::deadline::answered($pool, async { Ok::<_, StoreError>($body) }).await?
             }
         }
     };
@@ -143,11 +144,14 @@ impl Store {
         let (run, steps, attempts) = match self {
             Store::Sqlite(pool) => snapshot!(sqlx::Sqlite, pool.begin().await?, run_id),
             Store::Postgres(pool) => {
-                snapshot!(
-                    sqlx::Postgres,
-                    pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?,
-                    run_id
-                )
+                crate::postgres::deadline::answered(pool, async {
+                    Ok::<_, StoreError>(snapshot!(
+                        sqlx::Postgres,
+                        pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?,
+                        run_id
+                    ))
+                })
+                .await?
             }
         };
         let Some(run) = run else { return Ok(None) };

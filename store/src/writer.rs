@@ -24,7 +24,7 @@ use crate::flow::finish::ReportLimits;
 use crate::model::{BatchOutcome, ClaimRequest, Lease, NewRun, ReportItem};
 use crate::postgres::complete_and_claim::{Candidate, committed, complete_and_claim, outcome};
 use crate::postgres::complete_leaves::{self, LeafBatch, complete_leaves_and_claim};
-use crate::postgres::lost_commit;
+use crate::postgres::{deadline, lost_commit};
 use crate::{Store, conflict_pause, postgres, tx};
 
 /// Writes batches for one task, holding its PostgreSQL connection between them (see the module docs). Made by
@@ -251,7 +251,7 @@ async fn write_general(
             Attempt::Done(Ok(outcome)) => return Ok(outcome),
             Attempt::CommitLost(outcome, e) => {
                 discard(held);
-                match lost_commit::leases_committed(pool, &outcome, batch.now_ms).await {
+                match deadline::answered(pool, lost_commit::leases_committed(pool, &outcome, batch.now_ms)).await {
                     Ok(Some(true)) => {
                         tracing::debug!(error = %e, "a batch's COMMIT answer was lost; its leases show it committed");
                         return Ok(outcome);
@@ -340,7 +340,7 @@ async fn one_call<T>(
     read_back: impl AsyncFnOnce() -> Result<Option<T>, sqlx::Error>,
 ) -> OneCall<T> {
     let Some(connection) = held_connection(held, pool).await else { return OneCall::NotTried };
-    let error = match call(connection).await {
+    let error = match deadline::answered(pool, call(connection)).await {
         Ok(Some(value)) => return OneCall::Committed(value),
         Ok(None) => return OneCall::FellBack,
         Err(e) => e,
@@ -351,7 +351,7 @@ async fn one_call<T>(
         return OneCall::FellBack;
     }
     tracing::debug!(error = %error, "the connection was lost during a one-call batch; reading what committed");
-    match read_back().await {
+    match deadline::answered(pool, read_back()).await {
         Ok(Some(value)) => OneCall::Committed(value),
         Ok(None) => OneCall::FellBack,
         Err(e) => OneCall::Unknown(e.into()),
@@ -389,25 +389,27 @@ struct Batch<'a> {
 
 /// One transaction of [`BatchWriter::write_batch`] on the held connection (taken from `pool` when none is).
 async fn write_once(held: &mut Option<PoolConnection<Postgres>>, pool: &PgPool, batch: &Batch<'_>) -> Attempt {
-    let mut tx = match postgres::begin_on(held, pool).await {
+    let mut tx = match deadline::answered(pool, postgres::begin_on(held, pool)).await {
         Ok(tx) => tx,
-        Err(e) if postgres::lost_connection(&e) => return Attempt::Closed(e),
+        // A connection that gives no answer is not a dead pooled one to replace at once: the next would likely
+        // wait out the same deadline.
+        Err(e) if postgres::lost_connection(&e) && !deadline::is_no_answer(&e) => return Attempt::Closed(e),
         Err(e) => return Attempt::Done(Err(e.into())),
     };
-    let written = async {
+    let written = deadline::answered(pool, async {
         let mut events = Vec::new();
         let Batch { runs, items, claims, limits, lease_ttl_ms, now_ms, handoff } = *batch;
         let outcome =
             report_batch(&mut tx, runs, items, claims, limits, lease_ttl_ms, now_ms, handoff, &mut events).await?;
         tx::StepTx::events_insert(&mut tx, &events).await?;
         Ok::<_, StoreError>(outcome)
-    }
+    })
     .await;
     let outcome = match written {
         Ok(outcome) => outcome,
         Err(e) => return Attempt::Done(Err(e)),
     };
-    match tx.commit().await {
+    match deadline::answered(pool, tx.commit()).await {
         Ok(()) => Attempt::Done(Ok(outcome)),
         Err(e) if postgres::lost_connection(&e) => Attempt::CommitLost(outcome, e),
         Err(e) => Attempt::Done(Err(e.into())),

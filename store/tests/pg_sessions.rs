@@ -6,12 +6,12 @@
 //! committed, or a general-path batch whose `COMMIT`'s answer is lost, is answered from what it wrote, leases
 //! included (or written again when its `COMMIT` never arrived).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+mod pg_proxy;
 
-use cairn_store::{
-    BatchOutcome, BatchWriter, ClaimRequest, NewRun, Report, ReportItem, ReportKind, ReportLimits, Store, StoreResult,
-};
+use std::sync::atomic::Ordering;
+
+use cairn_store::{BatchOutcome, Report, ReportItem, ReportKind, Store, StoreResult};
+use pg_proxy::{Loss, batch, create_r1, steps_of_r1, store_behind};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
@@ -33,35 +33,6 @@ async fn end_every_session(admin: &mut PgConnection, database: &str) -> i64 {
     .fetch_one(admin)
     .await
     .expect("sessions ended")
-}
-
-/// Creates run `r1` at time 1: two `noop` roots `a` and `b`, or, with `chain`, `a` → `b`.
-async fn create_r1(store: &Store, chain: bool) {
-    let depends_on: &[&str] = if chain { &["a"] } else { &[] };
-    let doc = serde_json::json!({"steps": [
-        {"id": "a", "action": "noop", "args": {}},
-        {"id": "b", "action": "noop", "args": {}, "depends_on": depends_on},
-    ]});
-    let limits = cairn_core::validate::Limits::default();
-    let plan = cairn_core::validate::validate_value(&doc, &cairn_core::catalog::StaticCatalog::builtin(), &limits)
-        .plan
-        .expect("the plan validates");
-    let run = NewRun {
-        run_id: "r1".into(),
-        plan,
-        input: serde_json::json!({}),
-        idempotency_key: None,
-        timers: vec![],
-        now_ms: 1,
-    };
-    store.create_run(&run).await.expect("created");
-}
-
-/// One batch through `writer` at `now`: `items` and a claim by `w1` for one `noop` step.
-async fn batch(writer: &mut BatchWriter, items: &[ReportItem], now: i64) -> StoreResult<BatchOutcome> {
-    let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: now };
-    let nobody = |_: usize| Vec::new();
-    writer.write_batch(&[], items, &[request], ReportLimits { max_output_bytes: 1024 }, 30_000, now, &nobody).await
 }
 
 #[sqlx::test(migrations = false)]
@@ -163,108 +134,6 @@ async fn a_leaf_batch_whose_call_meets_a_closed_connection_goes_through_the_gene
     assert_eq!((kinds("step_succeeded"), kinds("step_started")), (1, 2), "written once: {events:?}");
     let tried = writer.leaf_call_counts();
     assert_eq!((tried.committed, tried.fell_back), (0, 1), "the call met the closed connection and wrote nothing");
-}
-
-/// What a [`proxy`] does, once armed, to the next message naming its statement.
-#[derive(Clone, Copy, PartialEq)]
-enum Loss {
-    /// Forwards the statement's execution, then closes the client's socket as soon as the server answers it,
-    /// without passing the answer on: the statement ran, and the client sees a lost connection.
-    Answer,
-    /// Closes both sockets instead of forwarding the message: the statement never reached the server.
-    Request,
-}
-
-/// A TCP proxy to PostgreSQL that, once armed (the returned flag), loses the answer to or the request of the next
-/// message naming `statement` (`loss`). With `prepared`, the statement's execution is the client's write after
-/// that message: sqlx prepares a statement (`Parse`, `Describe`, `Sync`) in one write and runs it (`Bind`,
-/// `Execute`, `Sync`) in the next; a simple query (`COMMIT`) runs in the write naming it. Returns the proxy's
-/// port and the flag (left unarmed while the migrations run: they name the functions too).
-async fn proxy(
-    server: std::net::SocketAddr,
-    statement: &'static [u8],
-    prepared: bool,
-    loss: Loss,
-) -> (u16, Arc<AtomicBool>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
-    let port = listener.local_addr().expect("an address").port();
-    let armed = Arc::new(AtomicBool::new(false));
-    let arm = armed.clone();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(upstream) = tokio::net::TcpStream::connect(server).await else { continue };
-            let (mut client_read, mut client_write) = client.into_split();
-            let (mut server_read, mut server_write) = upstream.into_split();
-            let doomed = Arc::new(AtomicBool::new(false));
-            let (armed, doomed_up) = (armed.clone(), doomed.clone());
-            tokio::spawn(async move {
-                let mut buf = vec![0_u8; 64 * 1024];
-                let mut next_runs_it = false;
-                while let Ok(n) = client_read.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut runs_it = std::mem::take(&mut next_runs_it);
-                    let named = buf[..n].windows(statement.len()).any(|w| w == statement);
-                    if named && armed.swap(false, Ordering::SeqCst) {
-                        if prepared { next_runs_it = true } else { runs_it = true }
-                    }
-                    if runs_it && loss == Loss::Request {
-                        break;
-                    }
-                    if runs_it {
-                        doomed_up.store(true, Ordering::SeqCst);
-                    }
-                    if server_write.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-            });
-            tokio::spawn(async move {
-                let mut buf = vec![0_u8; 64 * 1024];
-                while let Ok(n) = server_read.read(&mut buf).await {
-                    // The server answered the doomed statement: it ran. Drop both sockets unanswered.
-                    if n == 0 || doomed.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    if client_write.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    (port, arm)
-}
-
-/// A migrated store through a [`proxy`] to the test's server, with run `r1` (two roots) created, and the
-/// proxy's flag.
-async fn store_behind(
-    options: &PgConnectOptions,
-    statement: &'static [u8],
-    prepared: bool,
-    loss: Loss,
-) -> (Store, Arc<AtomicBool>) {
-    let database = options.get_database().expect("sqlx::test names the database").to_owned();
-    let server = tokio::net::lookup_host((options.get_host(), options.get_port()))
-        .await
-        .expect("the server resolves")
-        .next()
-        .expect("an address");
-    let (port, armed) = proxy(server, statement, prepared, loss).await;
-    let url = format!("postgres://{}@127.0.0.1:{port}/{database}", options.get_username());
-    let store = Store::connect(&url).await.expect("the store connects through the proxy");
-    store.migrate().await.expect("migrations apply");
-    create_r1(&store, false).await;
-    (store, armed)
-}
-
-/// Each step's id, status and attempt, for `r1`.
-async fn steps_of_r1(store: &Store) -> Vec<(String, String, u32)> {
-    let steps = store.steps("r1").await.expect("steps");
-    steps.into_iter().map(|s| (s.id, s.status, s.attempts)).collect()
 }
 
 #[sqlx::test(migrations = false)]

@@ -130,6 +130,7 @@ impl HttpApp {
         }
         let config = ServerConfig {
             db_url: db_url.clone(),
+            db_answer_deadline: cairn_store::DEFAULT_ANSWER_DEADLINE,
             http_addr: local,
             grpc_addr: local,
             api,

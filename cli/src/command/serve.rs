@@ -43,6 +43,7 @@ impl Args {
 pub fn server_config(settings: &Settings, auth: bool) -> ServerConfig {
     ServerConfig {
         db_url: settings.db.clone(),
+        db_answer_deadline: std::time::Duration::from_millis(settings.db_answer_deadline_ms),
         http_addr: settings.http,
         grpc_addr: settings.grpc,
         api: ApiConfig {
