@@ -24,6 +24,11 @@ pub struct EngineConfig {
     /// Longest a long poll waits before looking for work again when nothing woke it and nothing is due: a guard
     /// against a wake-up lost on the way from another orchestrator sharing the database. Default 1 s.
     pub idle_recheck: Duration,
+    /// PostgreSQL with several orchestrators: how often this one says hello on the peer channel
+    /// (`engine/peers.rs`). Another orchestrator counts as present for three of these after its last message,
+    /// and this one's listener, which hears its own hellos too, is made again on a new connection after hearing
+    /// nothing for as long (a connection cut without a close, which sqlx's listener never notices). Default 10 s.
+    pub peer_hello_every: Duration,
 }
 
 impl Default for EngineConfig {
@@ -37,6 +42,7 @@ impl Default for EngineConfig {
             limits: Limits::default(),
             reap_batch: 500,
             idle_recheck: Duration::from_secs(1),
+            peer_hello_every: Duration::from_secs(10),
         }
     }
 }

@@ -43,8 +43,15 @@ impl Store {
         match self {
             Store::Sqlite(_) => Ok(None),
             Store::Postgres(pool) => {
-                let mut listener = PgListener::connect_with(pool).await.map_err(stopped_when_closed)?;
-                listener.listen(PEER_CHANNEL).await.map_err(stopped_when_closed)?;
+                // Within the answer deadline (`postgres/deadline.rs`): a cut during `LISTEN` fails it, to be tried
+                // again, instead of leaving the caller waiting for good.
+                let listener = crate::postgres::deadline::answered(pool, async {
+                    let mut listener = PgListener::connect_with(pool).await?;
+                    listener.listen(PEER_CHANNEL).await?;
+                    Ok(listener)
+                })
+                .await
+                .map_err(stopped_when_closed)?;
                 Ok(Some(PeerListener(listener)))
             }
         }

@@ -62,3 +62,54 @@ async fn an_orchestrator_alone_hears_no_other() {
     })
     .await;
 }
+
+#[path = "../../store/tests/pg_proxy/mod.rs"]
+mod pg_proxy;
+
+/// A listener whose connection is cut without a close (a failover, a network cut) never hears of it: sqlx's
+/// listener only reads. The second orchestrator's listener goes through a proxy that answers its `LISTEN` and then
+/// passes nothing either way; after three hellos of silence (its own hellos included) it listens again on a new
+/// connection, hears the first orchestrator, and its polls are woken again.
+#[tokio::test]
+async fn a_listener_cut_without_a_close_listens_again_and_wake_ups_resume() {
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let config = EngineConfig {
+        idle_recheck: Duration::from_secs(60),
+        peer_hello_every: Duration::from_millis(300),
+        ..EngineConfig::default()
+    };
+    let a = TestApp::with_config(Backend::Postgres, START, config.clone()).await;
+    let options: sqlx::postgres::PgConnectOptions = a.url.parse().unwrap();
+    let server = tokio::net::lookup_host((options.get_host(), options.get_port())).await.unwrap().next().unwrap();
+    let (port, armed) = pg_proxy::proxy(server, b"LISTEN", false, pg_proxy::Loss::SilenceAfter).await;
+    let database = options.get_database().unwrap();
+    let store =
+        Store::connect(&format!("postgres://{}@127.0.0.1:{port}/{database}", options.get_username())).await.unwrap();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let b = Engine::start(store, a.clock.clone(), Arc::new(StaticCatalog::builtin()), config).await.unwrap();
+    within(Duration::from_secs(10), "the first orchestrator hears the second's hellos", || async {
+        a.engine.hears_other_orchestrators().then_some(())
+    })
+    .await;
+    assert!(!armed.load(std::sync::atomic::Ordering::SeqCst), "the second's listener was cut after its LISTEN");
+
+    within(Duration::from_secs(10), "the second orchestrator listens again and hears the first", || async {
+        b.hears_other_orchestrators().then_some(())
+    })
+    .await;
+    let poller = b.clone();
+    let poll = tokio::spawn(async move {
+        poller.claim_wait("w1", &["noop".to_owned()], 1, Duration::from_secs(30)).await.unwrap()
+    });
+    within(Duration::from_secs(10), "the poll waits on the second orchestrator", || async {
+        (b.waiting_polls() == 1).then_some(())
+    })
+    .await;
+    let run = a.submit(json!({"steps": [{"id": "s", "action": "noop", "args": {}}]})).await;
+
+    let claimed = tokio::time::timeout(Duration::from_secs(10), poll).await;
+    let claimed = claimed.expect("woken through the new listener, not by the re-check").unwrap();
+    assert_eq!((claimed[0].lease.run_id.as_str(), claimed[0].lease.step_id.as_str()), (run.as_str(), "s"));
+}

@@ -109,13 +109,14 @@ impl Engine {
         }
         let (queue, writer) = commit::queue();
         let (peers_stop, _) = tokio::sync::watch::channel(());
+        let peers = Arc::new(peers::Peers::new(config.peer_hello_every));
         let inner = Arc::new(Inner {
             store,
             clock,
             catalog: LiveCatalog::new(catalog),
             config,
             wake: Notify::new(),
-            peers: Arc::new(peers::Peers::new()),
+            peers,
             peers_stop,
             started_at_ms,
             metrics: Metrics::new(),

@@ -7,12 +7,18 @@
 //! ([`crate::EngineConfig::idle_recheck`], 1 s by default, which still covers a message lost while a listener
 //! reconnects).
 //!
-//! Messages, as text: `hello <id>` ("I am here": sent once listening, every [`HELLO_EVERY`], and in answer to a
-//! hello from an orchestrator not heard from within [`PEER_TTL`], so two that start together learn of each other
-//! at once) and `wake <id>`. PostgreSQL also delivers a message to its sender's own listener: those are ignored.
-//! Wakes go out only while another orchestrator was heard within [`PEER_TTL`], so one alone (and any SQLite
+//! Messages, as text: `hello <id>` ("I am here": sent once listening, every
+//! [`crate::EngineConfig::peer_hello_every`] (10 s by default), and in answer to a hello from an orchestrator not
+//! heard from within the peer TTL, three hellos, so two that start together learn of each other at once) and
+//! `wake <id>`. PostgreSQL also delivers a message to its sender's own listener: those only show the listener is
+//! alive. Wakes go out only while another orchestrator was heard within the TTL, so one alone (and any SQLite
 //! store) sends none, and they are coalesced: one `NOTIFY` at a time, the wakes asked for while it is out sent as
 //! one more. Each `NOTIFY` is a transaction of its own on a pooled connection, off the writer's.
+//!
+//! A listener that hears nothing for the TTL, not even this orchestrator's own hellos, is made again on a new
+//! connection: its connection was cut without a close (a failover, a network cut), which sqlx's listener, only
+//! ever reading, never notices (2026-12-01; before, wake-ups from the others stopped for good after such a cut,
+//! and polls here found their steps at the idle re-check only).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -24,10 +30,6 @@ use tokio::time::Instant;
 
 use super::Inner;
 
-/// How often an orchestrator says hello.
-const HELLO_EVERY: Duration = Duration::from_secs(10);
-/// How long after its last message another orchestrator still counts as present (three hellos).
-const PEER_TTL: Duration = Duration::from_secs(30);
 /// Wait before listening again after the listener failed (the database unreachable).
 const RELISTEN_AFTER: Duration = Duration::from_secs(1);
 
@@ -35,6 +37,8 @@ const RELISTEN_AFTER: Duration = Duration::from_secs(1);
 pub(super) struct Peers {
     /// This orchestrator's id in messages (random per engine).
     id: String,
+    /// How often this orchestrator says hello.
+    hello_every: Duration,
     /// When another orchestrator was last heard from.
     heard_at: Mutex<Option<Instant>>,
     wake_pending: AtomicBool,
@@ -43,9 +47,10 @@ pub(super) struct Peers {
 }
 
 impl Peers {
-    pub(super) fn new() -> Peers {
+    pub(super) fn new(hello_every: Duration) -> Peers {
         Peers {
             id: uuid::Uuid::new_v4().simple().to_string(),
+            hello_every,
             heard_at: Mutex::new(None),
             wake_pending: AtomicBool::new(false),
             hello_pending: AtomicBool::new(false),
@@ -61,16 +66,22 @@ impl Peers {
         }
     }
 
-    /// Whether another orchestrator was heard from within [`PEER_TTL`].
+    /// How long after its last message another orchestrator still counts as present, and how long a listener may
+    /// hear nothing before it is made again: three hellos.
+    fn ttl(&self) -> Duration {
+        self.hello_every.saturating_mul(3)
+    }
+
+    /// Whether another orchestrator was heard from within the TTL.
     pub(super) fn present(&self) -> bool {
         let heard = *self.heard_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        heard.is_some_and(|at| at.elapsed() < PEER_TTL)
+        heard.is_some_and(|at| at.elapsed() < self.ttl())
     }
 
     /// Notes a message from another orchestrator; true when it was not present before.
     fn heard(&self) -> bool {
         let mut heard = self.heard_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let new = heard.is_none_or(|at| at.elapsed() >= PEER_TTL);
+        let new = heard.is_none_or(|at| at.elapsed() >= self.ttl());
         *heard = Some(Instant::now());
         new
     }
@@ -122,12 +133,19 @@ async fn listen(engine: Weak<Inner>, store: Store, peers: Arc<Peers>, mut stop: 
         loop {
             let payload = tokio::select! {
                 _ = stop.changed() => return,
-                payload = next(&mut listener) => payload,
+                payload = tokio::time::timeout(peers.ttl(), next(&mut listener)) => payload,
             };
             let payload = match payload {
-                Ok(payload) => payload,
-                Err(StoreError::Stopped) => return,
-                Err(_) => break,
+                Ok(Ok(payload)) => payload,
+                Ok(Err(StoreError::Stopped)) => return,
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        silent_ms = peers.ttl().as_millis(),
+                        "the listener to other orchestrators heard nothing, not even this one's hellos; listening again"
+                    );
+                    break;
+                }
             };
             received(&engine, &peers, &payload);
         }
@@ -167,7 +185,7 @@ fn received(engine: &Weak<Inner>, peers: &Peers, payload: &str) {
 }
 
 async fn send(store: Store, peers: Arc<Peers>, mut stop: watch::Receiver<()>) {
-    let mut hellos = tokio::time::interval_at(Instant::now() + HELLO_EVERY, HELLO_EVERY);
+    let mut hellos = tokio::time::interval_at(Instant::now() + peers.hello_every, peers.hello_every);
     loop {
         for (pending, kind) in [(&peers.hello_pending, "hello"), (&peers.wake_pending, "wake")] {
             if !pending.swap(false, Ordering::AcqRel) {

@@ -1,4 +1,5 @@
-//! Fixtures shared by the PostgreSQL connection tests (`pg_sessions.rs`, `pg_silence.rs`): a TCP proxy between
+//! Fixtures shared by the PostgreSQL connection tests (`pg_sessions.rs`, `pg_silence.rs`, and
+//! `tests/tests/engine_peers.rs`, which includes this file by path): a TCP proxy between
 //! the store and the test's server that loses a chosen statement's request or answer, or goes silent, and run
 //! `r1` with the batches that claim its steps.
 #![allow(dead_code)] // each test binary uses its own part
@@ -51,6 +52,15 @@ pub enum Loss {
     /// that never comes; the server's session, having never received the statement, sits idle in its
     /// transaction (holding its locks) until it times out.
     Silence,
+    /// As `Silence`, but from just after the statement's answer: the statement ran and was answered, then the
+    /// connection was cut (a listener's `LISTEN`, after which the client only reads).
+    SilenceAfter,
+}
+
+impl Loss {
+    fn silent(self) -> bool {
+        matches!(self, Loss::Silence | Loss::SilenceAfter)
+    }
 }
 
 /// A TCP proxy to PostgreSQL that, once armed (the returned flag), loses the answer to or the request of the next
@@ -75,8 +85,8 @@ pub async fn proxy(
             let Ok(upstream) = tokio::net::TcpStream::connect(server).await else { continue };
             let (mut client_read, mut client_write) = client.into_split();
             let (mut server_read, mut server_write) = upstream.into_split();
-            let doomed = Arc::new(AtomicBool::new(false));
-            let (armed, doomed_up) = (armed.clone(), doomed.clone());
+            let (doomed, answering) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+            let (armed, doomed_up, answering_up) = (armed.clone(), doomed.clone(), answering.clone());
             tokio::spawn(async move {
                 let mut buf = vec![0_u8; 64 * 1024];
                 let mut next_runs_it = false;
@@ -92,17 +102,19 @@ pub async fn proxy(
                     if runs_it && loss == Loss::Request {
                         break;
                     }
-                    if runs_it {
+                    if runs_it && loss == Loss::SilenceAfter {
+                        answering_up.store(true, Ordering::SeqCst);
+                    } else if runs_it {
                         doomed_up.store(true, Ordering::SeqCst);
                     }
-                    if loss == Loss::Silence && doomed_up.load(Ordering::SeqCst) {
+                    if loss.silent() && doomed_up.load(Ordering::SeqCst) {
                         continue;
                     }
                     if server_write.write_all(&buf[..n]).await.is_err() {
                         break;
                     }
                 }
-                if loss == Loss::Silence && doomed_up.load(Ordering::SeqCst) {
+                if loss.silent() && doomed_up.load(Ordering::SeqCst) {
                     // The server must not learn its client is gone: hold its socket open for good.
                     std::future::pending::<()>().await;
                     drop(server_write);
@@ -111,7 +123,15 @@ pub async fn proxy(
             tokio::spawn(async move {
                 let mut buf = vec![0_u8; 64 * 1024];
                 while let Ok(n) = server_read.read(&mut buf).await {
-                    if n > 0 && loss == Loss::Silence && doomed.load(Ordering::SeqCst) {
+                    if n > 0 && loss.silent() && doomed.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    if n > 0 && answering.swap(false, Ordering::SeqCst) {
+                        // The statement's answer passes; nothing after it.
+                        doomed.store(true, Ordering::SeqCst);
+                        if client_write.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
                         continue;
                     }
                     // The server answered the doomed statement: it ran. Drop both sockets unanswered.
@@ -122,7 +142,7 @@ pub async fn proxy(
                         break;
                     }
                 }
-                if loss == Loss::Silence && doomed.load(Ordering::SeqCst) {
+                if loss.silent() && doomed.load(Ordering::SeqCst) {
                     // Nor may the client learn the server ended the session: a cut passes no FIN either way.
                     std::future::pending::<()>().await;
                     drop(client_write);
