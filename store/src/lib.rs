@@ -17,6 +17,27 @@
 //!
 //! Every method takes `now` from the caller (the orchestrator's injected clock): SQL never decides with `now()`.
 
+/// Runs `$body` with `$pool` bound to the backend's pool (SQLite) or to a connection of it (PostgreSQL, within the
+/// answer deadline: `postgres/deadline.rs`), and `$db` aliased to its database type. `$body` uses `$pool` once,
+/// as the executor of one statement.
+macro_rules! on_pool {
+    ($self:expr, $db:ident, $pool:ident => $body:expr) => {
+        match $self {
+            Store::Sqlite($pool) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Sqlite;
+                $body
+            }
+            Store::Postgres(pool) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Postgres;
+                $crate::postgres::deadline::on_connection(pool, async |$pool| Ok::<_, $crate::StoreError>($body))
+                    .await?
+            }
+        }
+    };
+}
+
 pub mod error;
 mod flow;
 pub mod model;
@@ -77,15 +98,15 @@ macro_rules! in_tx {
                     tries += 1;
                     // Within the answer deadline: a server that vanished mid-transaction fails it as a lost
                     // connection instead of stalling this caller for good (`postgres/deadline.rs`).
-                    let result: StoreResult<_> = $crate::postgres::deadline::answered(pool, async {
-                        let mut $tx = $crate::postgres::begin(pool).await?;
-                        let mut $events = Vec::new();
-                        let out = $body;
-                        tx::StepTx::events_insert(&mut $tx, &$events).await?;
-                        $tx.commit().await?;
-                        Ok(out)
-                    })
-                    .await;
+                    let result: StoreResult<_> =
+                        $crate::postgres::deadline::in_transaction(pool, async |mut $tx| {
+                            let mut $events = Vec::new();
+                            let out = $body;
+                            tx::StepTx::events_insert(&mut $tx, &$events).await?;
+                            $tx.commit().await?;
+                            Ok(out)
+                        })
+                        .await;
                     match result {
                         Err(e) => match conflict_pause(&e, tries) {
                             Some(pause) => {

@@ -5,16 +5,20 @@
 //! after the sending transaction commits, and drops those sent while a listener's connection was down (the
 //! re-check covers that). SQLite serves one orchestrator process per database: there is no one to tell.
 
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 
 use crate::{Store, StoreError, StoreResult};
 
 /// The channel orchestrators listen and notify on.
 pub const PEER_CHANNEL: &str = "cairn_peers";
 
-/// A session listening on [`PEER_CHANNEL`]. It holds one of the pool's connections for as long as it lives and
-/// reconnects by itself when that connection is lost.
-pub struct PeerListener(PgListener);
+/// A session listening on [`PEER_CHANNEL`], on a connection of its own (not one of the store's pool), which it
+/// makes again by itself when that connection is lost (closed; a cut is noticed by the engine: `engine/peers.rs`).
+pub struct PeerListener {
+    listener: PgListener,
+    /// The store's pool: its closing ends listening.
+    store: sqlx::PgPool,
+}
 
 impl std::fmt::Debug for PeerListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -29,7 +33,11 @@ impl PeerListener {
     /// Retryable [`StoreError::Database`] when the connection is lost and cannot be made again (the next call
     /// tries again); [`StoreError::Stopped`] once the store's pool is closed (listening is over).
     pub async fn next(&mut self) -> StoreResult<String> {
-        Ok(self.0.recv().await.map_err(stopped_when_closed)?.payload().to_owned())
+        let closed = self.store.close_event();
+        tokio::select! {
+            next = self.listener.recv() => Ok(next.map_err(stopped_when_closed)?.payload().to_owned()),
+            () = closed => Err(StoreError::Stopped),
+        }
     }
 }
 
@@ -42,17 +50,25 @@ impl Store {
     pub async fn peer_listener(&self) -> StoreResult<Option<PeerListener>> {
         match self {
             Store::Sqlite(_) => Ok(None),
+            Store::Postgres(pool) if pool.is_closed() => Err(StoreError::Stopped),
             Store::Postgres(pool) => {
                 // Within the answer deadline (`postgres/deadline.rs`): a cut during `LISTEN` fails it, to be tried
-                // again, instead of leaving the caller waiting for good.
+                // again, instead of leaving the caller waiting for good. On a pool of its own, of one connection:
+                // a listener dropped after a cut sends `UNLISTEN *` and hands its connection back with a ping,
+                // which wait until the kernel gives up on the socket, and must not hold one of the store's
+                // pooled connections meanwhile.
+                let own = PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(crate::postgres::deadline::answer_deadline(pool))
+                    .connect_lazy_with((*pool.connect_options()).clone());
                 let listener = crate::postgres::deadline::answered(pool, async {
-                    let mut listener = PgListener::connect_with(pool).await?;
+                    let mut listener = PgListener::connect_with(&own).await?;
                     listener.listen(PEER_CHANNEL).await?;
                     Ok(listener)
                 })
                 .await
                 .map_err(stopped_when_closed)?;
-                Ok(Some(PeerListener(listener)))
+                Ok(Some(PeerListener { listener, store: pool.clone() }))
             }
         }
     }
@@ -66,7 +82,9 @@ impl Store {
     pub async fn notify_peers(&self, payload: &str) -> StoreResult<()> {
         if let Store::Postgres(pool) = self {
             let notify = sqlx::query("SELECT pg_notify($1, $2)").bind(PEER_CHANNEL).bind(payload);
-            crate::postgres::deadline::answered(pool, notify.execute(pool)).await.map_err(stopped_when_closed)?;
+            crate::postgres::deadline::on_connection(pool, async |connection| notify.execute(connection).await)
+                .await
+                .map_err(stopped_when_closed)?;
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use sqlx::postgres::PgPoolOptions;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
@@ -357,16 +357,6 @@ impl DialectTx for Transaction<'_, Postgres> {
     }
 }
 
-/// Begins a write transaction (see [`BEGIN`]).
-///
-/// Busy pooled connections are not pinged before use (a round trip per transaction: about 15 % of a chain step
-/// here; see [`connect`]). A connection that died anyway (the database restarted under load, or an administrator
-/// ended the session) fails at `BEGIN`, before anything of the transaction was applied, so `BEGIN` is tried
-/// again on another connection (sqlx drops the broken one), up to once per pooled connection.
-pub(crate) async fn begin(pool: &PgPool) -> StoreResult<Transaction<'static, Postgres>> {
-    Ok(on_a_live_connection(|| pool.begin_with(BEGIN)).await?)
-}
-
 /// Runs `attempt` (something that takes a pooled connection and sends one statement) again while it fails because
 /// the connection it took was closed, up to once per pooled connection: after a database restart or ended
 /// sessions the pool still holds dead connections, which sqlx drops as each one fails. Only for work that a
@@ -411,14 +401,29 @@ pub(crate) fn lost_connection(e: &sqlx::Error) -> bool {
 pub(crate) const MAX_CONNECTIONS: u32 = 16;
 
 /// A pooled connection idle longer than this is pinged before it is handed out.
-const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+pub(crate) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// Longest wait for a ping's answer (at most the answer deadline). Past it the connection is closed and another
+/// one taken: an idle backend answers a ping at once, so a silent one is cut off, and one cut connection then
+/// costs this, not a whole answer deadline.
+const PING_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Pings `connection` within [`PING_DEADLINE`] (or `pool`'s answer deadline, if shorter).
+pub(crate) async fn ping_within_deadline(connection: &mut PgConnection, pool: &PgPool) -> Result<(), sqlx::Error> {
+    ping_within(connection, PING_DEADLINE.min(deadline::answer_deadline(pool))).await
+}
+
+async fn ping_within(connection: &mut PgConnection, limit: Duration) -> Result<(), sqlx::Error> {
+    tokio::time::timeout(limit, connection.ping()).await.unwrap_or_else(|_| Err(deadline::no_answer(limit)))
+}
 
 /// Connects to PostgreSQL, waiting at most `answer_deadline` for a connection and, in every transaction, read
 /// and batch, for an answer ([`deadline`]).
 pub(crate) async fn connect(url: &str, answer_deadline: Duration) -> StoreResult<PgPool> {
     let idle_in_transaction = deadline::idle_in_transaction_setting(answer_deadline);
-    // Pinged before use only after an idle second (see `begin`): a busy connection skips the round trip, one
-    // that sat idle through a database restart is found dead and replaced before any statement uses it.
+    // Pinged before use only after an idle second (see `deadline::in_transaction`): a busy connection skips the
+    // round trip, one that sat idle through a database restart is found dead and replaced before any statement
+    // uses it.
     let pool = PgPoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
         .acquire_timeout(answer_deadline)
@@ -430,10 +435,11 @@ pub(crate) async fn connect(url: &str, answer_deadline: Duration) -> StoreResult
                 Ok(())
             })
         })
-        .before_acquire(|conn, meta| {
+        .before_acquire(move |conn, meta| {
             Box::pin(async move {
                 if meta.idle_for > PING_AFTER_IDLE {
-                    conn.ping().await?;
+                    // An error closes this connection and the pool hands out another.
+                    ping_within(conn, PING_DEADLINE.min(answer_deadline)).await?;
                 }
                 Ok(true)
             })

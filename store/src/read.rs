@@ -1,30 +1,12 @@
 //! Read queries for the API and the CLI, and the start-up integrity check. Same SQL on both backends.
 
 use serde_json::{Value, json};
+use sqlx::Connection;
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::{AttemptRecord, RunDetail, RunEvent, RunSummary, StepSummary};
 use crate::rows::{AttemptRow, EventRow, RunRow, StepRow};
 use crate::{Store, sql};
-
-/// Runs `$body` with `$pool` bound to the backend's pool and `$db` aliased to its database type.
-macro_rules! on_pool {
-    ($self:expr, $db:ident, $pool:ident => $body:expr) => {
-        match $self {
-            Store::Sqlite($pool) => {
-                #[allow(dead_code)]
-                type $db = sqlx::Sqlite;
-                $body
-            }
-            Store::Postgres($pool) => {
-                #[allow(dead_code)]
-                type $db = sqlx::Postgres;
-                // Within the answer deadline (`postgres/deadline.rs`).
-                $crate::postgres::deadline::answered($pool, async { Ok::<_, StoreError>($body) }).await?
-            }
-        }
-    };
-}
 
 fn json_opt(what: &'static str, text: Option<String>) -> StoreResult<Option<Value>> {
     text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::corrupt(what, e))).transpose()
@@ -144,10 +126,10 @@ impl Store {
         let (run, steps, attempts) = match self {
             Store::Sqlite(pool) => snapshot!(sqlx::Sqlite, pool.begin().await?, run_id),
             Store::Postgres(pool) => {
-                crate::postgres::deadline::answered(pool, async {
+                crate::postgres::deadline::on_connection(pool, async |connection| {
                     Ok::<_, StoreError>(snapshot!(
                         sqlx::Postgres,
-                        pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?,
+                        connection.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?,
                         run_id
                     ))
                 })

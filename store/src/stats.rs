@@ -90,8 +90,8 @@ macro_rules! fetch {
     ($store:expr, $method:ident, $row:ty, $sql:expr $(, $bind:expr)*) => {
         match $store {
             Store::Sqlite(pool) => sqlx::query_as::<sqlx::Sqlite, $row>($sql)$(.bind($bind))*.$method(pool).await?,
-            Store::Postgres(pool) => crate::postgres::deadline::answered(pool, async {
-                sqlx::query_as::<sqlx::Postgres, $row>($sql)$(.bind($bind))*.$method(pool).await
+            Store::Postgres(pool) => crate::postgres::deadline::on_connection(pool, async |connection| {
+                sqlx::query_as::<sqlx::Postgres, $row>($sql)$(.bind($bind))*.$method(connection).await
             })
             .await?,
         }

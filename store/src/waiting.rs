@@ -62,24 +62,6 @@ const TICKS_OF: &str = "SELECT fire_at, run_id, outcome, detail, created_at FROM
 const APPROVALS_PENDING: &str = "SELECT run_id, step_id, action, approval, available_at, updated_at FROM steps \
      WHERE status = 'waiting_approval' ORDER BY updated_at, run_id, step_id LIMIT $1 + 0";
 
-/// Runs `$body` with `$pool` bound to the backend's pool and `$db` aliased to its database type.
-macro_rules! with_pool {
-    ($self:expr, $db:ident, $pool:ident => $body:expr) => {
-        match $self {
-            Store::Sqlite($pool) => {
-                #[allow(dead_code)]
-                type $db = sqlx::Sqlite;
-                $body
-            }
-            Store::Postgres($pool) => {
-                #[allow(dead_code)]
-                type $db = sqlx::Postgres;
-                $body
-            }
-        }
-    };
-}
-
 /// A schedule definition to store.
 #[derive(Debug, Clone)]
 pub struct NewSchedule {
@@ -289,7 +271,7 @@ impl Store {
     /// [`StoreError::Database`] (retryable).
     pub async fn schedule_insert(&self, s: &NewSchedule) -> StoreResult<bool> {
         let input = s.input.as_ref().map(Value::to_string);
-        let done = with_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_INSERT)
+        let done = on_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_INSERT)
             .bind(&s.id).bind(&s.cron).bind(&s.timezone).bind(s.plan.to_string()).bind(input)
             .bind(&s.overlap).bind(&s.misfire).bind(s.catch_up_max).bind(i64::from(s.paused))
             .bind(s.next_fire_at_ms).bind(s.now_ms).execute(pool).await?.rows_affected());
@@ -302,7 +284,7 @@ impl Store {
     /// [`StoreError::Database`] (retryable).
     pub async fn schedule_update(&self, s: &NewSchedule) -> StoreResult<bool> {
         let input = s.input.as_ref().map(Value::to_string);
-        let done = with_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_UPDATE)
+        let done = on_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_UPDATE)
             .bind(&s.id).bind(&s.cron).bind(&s.timezone).bind(s.plan.to_string()).bind(input)
             .bind(&s.overlap).bind(&s.misfire).bind(s.catch_up_max).bind(s.next_fire_at_ms).bind(s.now_ms)
             .execute(pool).await?.rows_affected());
@@ -314,7 +296,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable).
     pub async fn schedule_pause(&self, id: &str, now_ms: i64) -> StoreResult<bool> {
-        let done = with_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_PAUSE)
+        let done = on_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_PAUSE)
             .bind(id).bind(now_ms).execute(pool).await?.rows_affected());
         Ok(done == 1)
     }
@@ -324,7 +306,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable).
     pub async fn schedule_resume(&self, id: &str, next_fire_at_ms: Option<i64>, now_ms: i64) -> StoreResult<bool> {
-        let done = with_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_RESUME)
+        let done = on_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_RESUME)
             .bind(id).bind(next_fire_at_ms).bind(now_ms).execute(pool).await?.rows_affected());
         Ok(done == 1)
     }
@@ -334,7 +316,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable).
     pub async fn schedule_delete(&self, id: &str) -> StoreResult<bool> {
-        let done = with_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_DELETE)
+        let done = on_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_DELETE)
             .bind(id).execute(pool).await?.rows_affected());
         Ok(done == 1)
     }
@@ -344,7 +326,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
     pub async fn schedule(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
-        let row = with_pool!(self, Db, pool => sqlx::query_as::<Db, ScheduleRow>(SCHEDULE_GET)
+        let row = on_pool!(self, Db, pool => sqlx::query_as::<Db, ScheduleRow>(SCHEDULE_GET)
             .bind(id).fetch_optional(pool).await?);
         row.map(record).transpose()
     }
@@ -354,7 +336,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
     pub async fn schedules(&self) -> StoreResult<Vec<ScheduleRecord>> {
-        let rows = with_pool!(self, Db, pool => sqlx::query_as::<Db, ScheduleRow>(SCHEDULES_LIST)
+        let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, ScheduleRow>(SCHEDULES_LIST)
             .fetch_all(pool).await?);
         rows.into_iter().map(record).collect()
     }
@@ -364,7 +346,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
     pub async fn schedules_due(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ScheduleRecord>> {
-        let rows = with_pool!(self, Db, pool => sqlx::query_as::<Db, ScheduleRow>(SCHEDULES_DUE)
+        let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, ScheduleRow>(SCHEDULES_DUE)
             .bind(now_ms).bind(limit).fetch_all(pool).await?);
         rows.into_iter().map(record).collect()
     }
@@ -375,7 +357,7 @@ impl Store {
     /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
     pub async fn schedule_ticks(&self, id: &str, limit: i64) -> StoreResult<Vec<ScheduleTick>> {
         type Row = (i64, Option<String>, String, Option<String>, i64);
-        let rows: Vec<Row> = with_pool!(self, Db, pool => sqlx::query_as::<Db, Row>(TICKS_OF)
+        let rows: Vec<Row> = on_pool!(self, Db, pool => sqlx::query_as::<Db, Row>(TICKS_OF)
             .bind(id).bind(limit).fetch_all(pool).await?);
         rows.into_iter()
             .map(|(fire_at, run_id, outcome, detail, created_at)| {
@@ -404,7 +386,7 @@ impl Store {
     /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
     pub async fn approvals_pending(&self, limit: i64) -> StoreResult<Vec<PendingApproval>> {
         type Row = (String, String, String, Option<String>, Option<i64>, i64);
-        let rows: Vec<Row> = with_pool!(self, Db, pool => sqlx::query_as::<Db, Row>(APPROVALS_PENDING)
+        let rows: Vec<Row> = on_pool!(self, Db, pool => sqlx::query_as::<Db, Row>(APPROVALS_PENDING)
             .bind(limit).fetch_all(pool).await?);
         rows.into_iter()
             .map(|(run_id, step_id, action, approval, deadline, since)| {

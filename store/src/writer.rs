@@ -45,6 +45,10 @@ pub struct BatchWriter {
     leaf_pause: u32,
     one_call: OneCallCounts,
     leaf_call: OneCallCounts,
+    /// When the last batch ended: the held connection is pinged before a batch that follows a pause, as the pool
+    /// pings its idle ones (`postgres::connect`), so one cut while idle (a dropped NAT mapping) costs a ping's
+    /// deadline, not a batch's.
+    last_batch_at: Option<std::time::Instant>,
 }
 
 /// How many batches a [`BatchWriter`] tried in one call on PostgreSQL (`cairn_complete_and_claim` for a chain
@@ -74,6 +78,7 @@ impl Store {
             leaf_pause: 0,
             one_call: OneCallCounts::default(),
             leaf_call: OneCallCounts::default(),
+            last_batch_at: None,
         }
     }
 }
@@ -111,6 +116,14 @@ impl BatchWriter {
         let Store::Postgres(pool) = &self.store else {
             return self.store.write_batch(runs, items, claims, limits, lease_ttl_ms, now_ms, handoff).await;
         };
+        if self.last_batch_at.is_some_and(|at| at.elapsed() > postgres::PING_AFTER_IDLE)
+            && let Some(connection) = self.held.as_mut()
+            && let Err(e) = postgres::ping_within_deadline(connection, pool).await
+        {
+            tracing::debug!(error = %e, "the writer's idle connection did not answer a ping; taking another");
+            deadline::discard(&mut self.held);
+        }
+        self.last_batch_at = Some(std::time::Instant::now());
         // Tried in one call only for a lease this writer handed out for a step with a successor
         // (`Claimed::successor_action`) that the riding claim serves: otherwise the call would fall back, a round
         // trip for nothing.
@@ -235,28 +248,31 @@ async fn write_general(
     pool: &PgPool,
     batch: &Batch<'_>,
 ) -> StoreResult<BatchOutcome> {
-    // `tries`: tries that reached past `BEGIN`.
-    let (mut tries, mut closed) = (0_u32, 0_u32);
+    // `tries`: tries that reached past `BEGIN`; `silent`: `COMMIT`s that got no answer within the deadline.
+    let (mut tries, mut closed, mut silent) = (0_u32, 0_u32, 0_u32);
     loop {
         match write_once(held, pool, batch).await {
             Attempt::Closed(e) if closed < postgres::MAX_CONNECTIONS => {
                 tracing::debug!(error = %e, "the writer's connection was closed; beginning on another");
                 closed += 1;
-                discard(held);
+                deadline::discard(held);
             }
             Attempt::Closed(e) => {
-                discard(held);
+                deadline::discard(held);
                 return Err(e.into());
             }
             Attempt::Done(Ok(outcome)) => return Ok(outcome),
             Attempt::CommitLost(outcome, e) => {
-                discard(held);
+                deadline::discard(held);
                 match deadline::answered(pool, lost_commit::leases_committed(pool, &outcome, batch.now_ms)).await {
                     Ok(Some(true)) => {
                         tracing::debug!(error = %e, "a batch's COMMIT answer was lost; its leases show it committed");
                         return Ok(outcome);
                     }
-                    Ok(Some(false)) if closed < postgres::MAX_CONNECTIONS => {
+                    // A `COMMIT` without an answer may still be under way on a live but slow server, invisible to
+                    // the read until it ends: written again once only, not once per pooled connection.
+                    Ok(Some(false)) if closed < postgres::MAX_CONNECTIONS && silent == 0 => {
+                        silent += u32::from(deadline::is_no_answer(&e));
                         tracing::debug!(error = %e, "a batch's COMMIT was lost before it committed; writing it again");
                         closed += 1;
                     }
@@ -267,7 +283,7 @@ async fn write_general(
             Attempt::Done(Err(e)) => {
                 tries += 1;
                 let Some(pause) = conflict_pause(&e, tries) else {
-                    discard(held);
+                    deadline::discard(held);
                     return Err(e);
                 };
                 tracing::debug!(error = %e, tries, "transaction conflict; retrying");
@@ -345,7 +361,7 @@ async fn one_call<T>(
         Ok(None) => return OneCall::FellBack,
         Err(e) => e,
     };
-    discard(held);
+    deadline::discard(held);
     if !postgres::lost_connection(&error) {
         tracing::debug!(error = %error, "a one-call batch failed; taking the general path");
         return OneCall::FellBack;
@@ -355,13 +371,6 @@ async fn one_call<T>(
         Ok(Some(value)) => OneCall::Committed(value),
         Ok(None) => OneCall::FellBack,
         Err(e) => OneCall::Unknown(e.into()),
-    }
-}
-
-/// Closes the held connection instead of returning it to the pool.
-fn discard(held: &mut Option<PoolConnection<Postgres>>) {
-    if let Some(mut connection) = held.take() {
-        connection.close_on_drop();
     }
 }
 

@@ -153,3 +153,27 @@ async fn sessions_end_idle_transactions_after_the_deadline_unless_the_server_or_
     assert_eq!(idle_in_transaction_timeout(&with_deadline).await, "2500ms", "the store's deadline");
     assert_eq!(idle_in_transaction_timeout(&from_url).await, "7s", "the URL's own setting is kept");
 }
+
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn connections_cut_past_the_deadline_are_closed_so_the_pool_never_runs_dry(
+    _pool: PgPoolOptions,
+    options: PgConnectOptions,
+) {
+    // Short, so that cutting more connections than the pool holds stays quick.
+    let deadline = Duration::from_millis(300);
+    let (store, armed) = store_behind_with(&options, b"FROM attempts", true, Loss::Silence, deadline).await;
+
+    // More cuts than the pool's 16 connections. Each cut connection would be pinged on its way back to the pool,
+    // and that ping waits for good on a cut: were it handed back, the pool would run out of connections after 16.
+    for cut in 0..20 {
+        armed.store(true, Ordering::SeqCst);
+        let read = unless_hung("a cut read", store.attempts("r1")).await;
+        assert!(!armed.load(Ordering::SeqCst), "cut {cut}: the proxy went silent at the read");
+        let error = read.expect_err("no answer within the deadline");
+        assert!(error.is_unreachable(), "cut {cut}: a lost connection, not a pool run dry: {error}");
+    }
+
+    let after = unless_hung("the read after the cuts", store.attempts("r1")).await;
+    assert_eq!(after.expect("a connection is still to be had").len(), 0, "no attempt yet");
+}

@@ -18,7 +18,10 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
+
+use crate::error::StoreResult;
 
 /// Default answer deadline. A batch or transaction of Cairn's takes milliseconds (a 10,000-step submission
 /// about 0.5 s, docs/performance.md); 30 s leaves room for lock waits and a slow disk while still healing a cut
@@ -31,8 +34,11 @@ pub(crate) fn answer_deadline(pool: &PgPool) -> Duration {
 }
 
 /// `work`'s result, or, when PostgreSQL has not answered within `pool`'s deadline, [`no_answer`]. Dropping `work`
-/// at the deadline drops the transaction or connection it holds: sqlx rolls back or closes it as it does after
-/// any cancelled query.
+/// at the deadline drops what it holds, as after any cancelled query: a connection `work` took from the pool goes
+/// back to it through a ping that, on a cut, waits until the kernel gives up. So work on pooled connections uses
+/// [`on_connection`] or [`in_transaction`], which close theirs instead; this is for work on a connection the
+/// caller discards itself after an error (the batch writer's held one), and for the rare read-back after a lost
+/// connection.
 pub(crate) async fn answered<T, E: From<sqlx::Error>>(
     pool: &PgPool,
     work: impl Future<Output = Result<T, E>>,
@@ -41,6 +47,70 @@ pub(crate) async fn answered<T, E: From<sqlx::Error>>(
     match tokio::time::timeout(deadline, work).await {
         Ok(result) => result,
         Err(_) => Err(no_answer(deadline).into()),
+    }
+}
+
+/// `work` on a connection of `pool` (a read, or statements outside a transaction), within the deadline. Past it,
+/// the connection is closed, not handed back to the pool: sqlx would ping it first, and on a cut that ping waits
+/// until the kernel gives up (about 15 minutes with Linux's defaults, or for good behind a proxy that keeps
+/// acknowledging), holding a pooled connection all that time.
+pub(crate) async fn on_connection<T, E: From<sqlx::Error>>(
+    pool: &PgPool,
+    work: impl AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
+) -> Result<T, E> {
+    let deadline = answer_deadline(pool);
+    let mut held = None;
+    let timed = tokio::time::timeout(deadline, async {
+        let connection = held.insert(pool.acquire().await?);
+        work(connection).await
+    })
+    .await;
+    timed.unwrap_or_else(|_| {
+        discard(&mut held);
+        Err(no_answer(deadline).into())
+    })
+}
+
+/// `work` in a write transaction (see [`crate::postgres::BEGIN`]) on a connection of `pool`, within the deadline;
+/// `work` commits it. Busy pooled connections are not pinged before use (a round trip per transaction: about 15 %
+/// of a chain step here; see [`crate::postgres::connect`]). A connection that died anyway (the database restarted
+/// under load, an administrator ended the session) fails at `BEGIN`, before anything was applied, so it is dropped
+/// and `BEGIN` is sent on another, up to once per pooled connection.
+/// Past the deadline the connection is closed, as in [`on_connection`]; this also keeps a `BEGIN` whose answer
+/// came late from handing the pool a connection still inside a transaction on the server.
+pub(crate) async fn in_transaction<T>(
+    pool: &PgPool,
+    work: impl AsyncFnOnce(Transaction<'_, Postgres>) -> StoreResult<T>,
+) -> StoreResult<T> {
+    let deadline = answer_deadline(pool);
+    let mut held = None;
+    let timed = tokio::time::timeout(deadline, async {
+        let mut closed = 0;
+        loop {
+            let connection = held.insert(pool.acquire().await?);
+            let error = match connection.begin_with(crate::postgres::BEGIN).await {
+                Ok(tx) => return work(tx).await,
+                Err(e) => e,
+            };
+            if closed == crate::postgres::MAX_CONNECTIONS || !crate::postgres::lost_connection(&error) {
+                return Err(error.into());
+            }
+            tracing::debug!(error = %error, "a pooled connection was closed; trying another");
+            closed += 1;
+            discard(&mut held);
+        }
+    })
+    .await;
+    timed.unwrap_or_else(|_| {
+        discard(&mut held);
+        Err(no_answer(deadline).into())
+    })
+}
+
+/// Closes the held connection instead of returning it to the pool (sqlx bounds the close at 5 s).
+pub(crate) fn discard(held: &mut Option<PoolConnection<Postgres>>) {
+    if let Some(mut connection) = held.take() {
+        connection.close_on_drop();
     }
 }
 
