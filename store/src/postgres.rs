@@ -357,18 +357,26 @@ impl DialectTx for Transaction<'_, Postgres> {
     }
 }
 
-/// Runs `attempt` (something that takes a pooled connection and sends one statement) again while it fails because
-/// the connection it took was closed, up to once per pooled connection: after a database restart or ended
-/// sessions the pool still holds dead connections, which sqlx drops as each one fails. Only for work that a
-/// closed connection cannot have half applied (a `BEGIN`, a read).
+/// Runs `attempt` (one statement on the connection of `pool` it is given) within the answer deadline, again while
+/// it fails because the connection was closed, up to once per pooled connection: after a database restart or
+/// ended sessions the pool still holds dead connections, which sqlx drops as each one fails. A connection that
+/// gave no answer is not tried again on another: the next would likely wait out the same deadline. Each
+/// connection is closed after its try, never handed back: on a cut, sqlx's ping of a returned connection would
+/// wait until the kernel gives up (`postgres/deadline.rs`), and this runs only after a connection was lost. Only
+/// for work that a closed connection cannot have half applied (a read).
 pub(crate) async fn on_a_live_connection<T, F: Future<Output = Result<T, sqlx::Error>>>(
-    mut attempt: impl FnMut() -> F,
+    pool: &PgPool,
+    mut attempt: impl FnMut(PoolConnection<Postgres>) -> F,
 ) -> Result<T, sqlx::Error> {
+    let limit = deadline::answer_deadline(pool);
     let mut tries = 0;
     loop {
         tries += 1;
-        match attempt().await {
-            Err(e) if tries <= MAX_CONNECTIONS && lost_connection(&e) => {
+        let mut connection = pool.acquire().await?;
+        connection.close_on_drop();
+        let answer = tokio::time::timeout(limit, attempt(connection)).await;
+        match answer.unwrap_or_else(|_| Err(deadline::no_answer(limit))) {
+            Err(e) if tries <= MAX_CONNECTIONS && lost_connection(&e) && !deadline::is_no_answer(&e) => {
                 tracing::debug!(error = %e, tries, "a pooled connection was closed; trying another");
             }
             other => return other,

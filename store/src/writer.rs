@@ -264,7 +264,7 @@ async fn write_general(
             Attempt::Done(Ok(outcome)) => return Ok(outcome),
             Attempt::CommitLost(outcome, e) => {
                 deadline::discard(held);
-                match deadline::answered(pool, lost_commit::leases_committed(pool, &outcome, batch.now_ms)).await {
+                match lost_commit::leases_committed(pool, &outcome, batch.now_ms).await {
                     Ok(Some(true)) => {
                         tracing::debug!(error = %e, "a batch's COMMIT answer was lost; its leases show it committed");
                         return Ok(outcome);
@@ -367,7 +367,8 @@ async fn one_call<T>(
         return OneCall::FellBack;
     }
     tracing::debug!(error = %error, "the connection was lost during a one-call batch; reading what committed");
-    match deadline::answered(pool, read_back()).await {
+    // Within the deadline, its connection closed past it (`postgres::on_a_live_connection`).
+    match read_back().await {
         Ok(Some(value)) => OneCall::Committed(value),
         Ok(None) => OneCall::FellBack,
         Err(e) => OneCall::Unknown(e.into()),

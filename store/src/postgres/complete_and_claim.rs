@@ -114,7 +114,11 @@ pub(crate) async fn committed(
 ) -> Result<Option<ClaimedRow>, sqlx::Error> {
     let Candidate { lease, .. } = candidate;
     // The pool's other connections may have died with the call's (a database restart).
-    super::on_a_live_connection(|| leased_by(COMMITTED, lease).bind(now).fetch_optional(pool)).await
+    super::on_a_live_connection(pool, |mut c| {
+        let query = leased_by(COMMITTED, lease).bind(now);
+        async move { query.fetch_optional(&mut *c).await }
+    })
+    .await
 }
 
 /// The read of [`committed`]. Index: `steps` PK, `step_edges` PK.

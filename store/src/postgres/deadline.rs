@@ -37,8 +37,7 @@ pub(crate) fn answer_deadline(pool: &PgPool) -> Duration {
 /// at the deadline drops what it holds, as after any cancelled query: a connection `work` took from the pool goes
 /// back to it through a ping that, on a cut, waits until the kernel gives up. So work on pooled connections uses
 /// [`on_connection`] or [`in_transaction`], which close theirs instead; this is for work on a connection the
-/// caller discards itself after an error (the batch writer's held one), and for the rare read-back after a lost
-/// connection.
+/// caller discards itself after an error (the batch writer's held one, a listener's own pool).
 pub(crate) async fn answered<T, E: From<sqlx::Error>>(
     pool: &PgPool,
     work: impl Future<Output = Result<T, E>>,

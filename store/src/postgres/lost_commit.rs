@@ -42,16 +42,16 @@ pub(crate) async fn leases_committed(
     let steps: Vec<&str> = leases.iter().map(|l| l.step_id.as_str()).collect();
     let attempts: Vec<i64> = leases.iter().map(|l| i64::from(l.attempt)).collect();
     let workers: Vec<&str> = leases.iter().map(|l| l.worker_id.as_str()).collect();
-    let read = || {
-        sqlx::query_scalar::<Postgres, i64>(LEASES_IN_PLACE)
+    let read = |mut connection: sqlx::pool::PoolConnection<Postgres>| {
+        let query = sqlx::query_scalar::<Postgres, i64>(LEASES_IN_PLACE)
             .bind(&runs)
             .bind(&steps)
             .bind(&attempts)
             .bind(&workers)
-            .bind(now_ms)
-            .fetch_one(pool)
+            .bind(now_ms);
+        async move { query.fetch_one(&mut *connection).await }
     };
     // The pool's other connections may have died with the transaction's (a database restart).
-    let in_place = super::on_a_live_connection(read).await?;
+    let in_place = super::on_a_live_connection(pool, read).await?;
     Ok(Some(in_place > 0))
 }

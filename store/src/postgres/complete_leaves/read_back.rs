@@ -33,17 +33,17 @@ pub(crate) async fn committed(
     let attempts: Vec<i64> = batch.leases.iter().map(|l| i64::from(l.attempt)).collect();
     let (claim_workers, claim_actions) = batch.group_columns();
     // The pool's other connections may have died with the call's (a database restart).
-    let read = || {
-        sqlx::query_as::<Postgres, CallRow>(COMMITTED)
+    let read = |mut connection: sqlx::pool::PoolConnection<Postgres>| {
+        let query = sqlx::query_as::<Postgres, CallRow>(COMMITTED)
             .bind(&runs)
             .bind(&steps)
             .bind(&attempts)
             .bind(now)
             .bind(&claim_workers)
-            .bind(&claim_actions)
-            .fetch_all(pool)
+            .bind(&claim_actions);
+        async move { query.fetch_all(&mut *connection).await }
     };
-    let mut rows = crate::postgres::on_a_live_connection(read).await?;
+    let mut rows = crate::postgres::on_a_live_connection(pool, read).await?;
     if !rows.iter().any(|row| row.claim_group == 0) {
         return Ok(None);
     }
