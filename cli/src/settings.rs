@@ -34,6 +34,10 @@ pub struct Settings {
     pub max_output_bytes: usize,
     /// Most steps in one plan.
     pub max_steps: usize,
+    /// Longest CEL expression in a plan (`when`, literal `condition.eval` `expr`, `event.wait` `filter`), in bytes.
+    pub max_expression_bytes: usize,
+    /// Most `depends_on` entries in one plan, all steps together.
+    pub max_edges: usize,
     /// PostgreSQL only: how long to wait for a connection or an answer before treating the connection as lost,
     /// in milliseconds (also the `idle_in_transaction_session_timeout` of Cairn's sessions where none is set).
     pub db_answer_deadline_ms: u64,
@@ -65,13 +69,15 @@ impl Default for Settings {
             lease_ttl_ms: 10_000,
             max_output_bytes: 1024 * 1024,
             max_steps: 1000,
+            max_expression_bytes: cairn_core::validate::Limits::default().max_expression_bytes,
+            max_edges: cairn_core::validate::Limits::default().max_edges,
             db_answer_deadline_ms: u64::try_from(cairn_store::DEFAULT_ANSWER_DEADLINE.as_millis()).unwrap_or(30_000),
         }
     }
 }
 
 /// The settings keys, as environment variables take them (`CAIRN_DB`, `CAIRN_API_TOKEN`, …).
-const KEYS: [&str; 11] = [
+const KEYS: [&str; 13] = [
     "db",
     "http",
     "grpc",
@@ -82,6 +88,8 @@ const KEYS: [&str; 11] = [
     "lease_ttl_ms",
     "max_output_bytes",
     "max_steps",
+    "max_expression_bytes",
+    "max_edges",
     "db_answer_deadline_ms",
 ];
 
@@ -111,7 +119,12 @@ impl Settings {
             lease_ttl,
             startup_grace: lease_ttl,
             max_output_bytes: self.max_output_bytes,
-            limits: cairn_core::validate::Limits { max_steps: self.max_steps, ..Default::default() },
+            limits: cairn_core::validate::Limits {
+                max_steps: self.max_steps,
+                max_expression_bytes: self.max_expression_bytes,
+                max_edges: self.max_edges,
+                ..Default::default()
+            },
             ..Default::default()
         }
     }

@@ -200,3 +200,18 @@ fn unknown_schema_subject_is_a_usage_error() {
 
     assert_eq!(output.status.code(), Some(2), "a bad subject exits 2");
 }
+
+/// Issue "Hardening" F1: a `when` of 50,000 terms aborted `cairn validate` with a stack overflow; it is an invalid
+/// plan (exit 1) whose diagnostic names the limit.
+#[test]
+fn validate_refuses_a_when_of_fifty_thousand_terms_with_exit_1() {
+    let when = format!("{} == 0", vec!["1"; 50_000].join(" + "));
+    let plan = serde_json::json!({"steps": [{"id": "b", "action": "noop"},
+        {"id": "a", "action": "noop", "depends_on": ["b"], "when": when}]});
+    let file = TempFile::new("deep-when.json", &plan.to_string());
+
+    let output = cairn(&["validate", "--format", "json", file.path()]);
+
+    assert_eq!(output.status.code(), Some(1), "invalid, not aborted: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout(&output).contains("limit_exceeded"), "the diagnostic names the limit: {}", stdout(&output));
+}

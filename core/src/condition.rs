@@ -27,8 +27,17 @@ use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, MapExpr, StructE
 use cel::objects::{Key, Map};
 use cel::{Context, Env, Program, Value};
 
+use crate::expression::{self, BoundError};
+
 /// The standard CEL environment, built once and shared by every evaluation.
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
+
+/// How much of an expression errors quote.
+pub const QUOTED_CHARS: usize = 200;
+
+fn quoted(expr: &str) -> String {
+    expression::excerpt(expr, QUOTED_CHARS).into_owned()
+}
 
 /// A compiled `when` expression.
 #[derive(Debug)]
@@ -47,8 +56,9 @@ pub struct ConditionScope {
     pub steps: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Why a condition could not be compiled or evaluated. Every variant carries the expression as written. None is
-/// retryable: evaluation is deterministic, so the same expression and scope always fail the same way.
+/// Why a condition could not be compiled or evaluated. Every variant carries the expression as written (its first
+/// [`QUOTED_CHARS`] characters, so a long expression never makes a long message). None is retryable: evaluation
+/// is deterministic, so the same expression and scope always fail the same way.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConditionError {
     /// The expression is not valid CEL; `line` and `column` (1-based, in the CEL text after the placeholder
@@ -72,6 +82,15 @@ pub enum ConditionError {
         /// The CEL runtime error.
         message: String,
     },
+    /// The expression exceeds a bound of [`crate::expression`] (depth, brackets, nested comprehensions) and was
+    /// not parsed: parsing it could exhaust the stack.
+    #[error("condition `{expr}` is too complex: {bound}")]
+    TooComplex {
+        /// The expression as written.
+        expr: String,
+        /// The bound exceeded.
+        bound: BoundError,
+    },
     /// The expression evaluated to something other than a bool.
     #[error("condition `{expr}` must be true or false, but evaluated to a {found}")]
     NotBool {
@@ -83,12 +102,15 @@ pub enum ConditionError {
 }
 
 impl Condition {
-    /// Rewrites placeholders ([`rewrite_placeholders`]) and compiles `expr` as CEL.
+    /// Rewrites placeholders ([`rewrite_placeholders`]), checks the result against the bounds of
+    /// [`crate::expression`], and compiles it as CEL.
     ///
     /// # Errors
+    /// [`ConditionError::TooComplex`] before parsing an expression that nests too deeply;
     /// [`ConditionError::Syntax`] with the parser's message and, when known, the line and column.
     pub fn compile(expr: &str) -> Result<Self, ConditionError> {
         let cel_source = rewrite_placeholders(expr);
+        expression::check(&cel_source).map_err(|bound| ConditionError::TooComplex { expr: quoted(expr), bound })?;
         let program = Program::compile(&cel_source).map_err(|errors| {
             let first = errors.errors.first();
             let position = |n: isize| usize::try_from(n).ok().filter(|n| *n > 0);
@@ -99,9 +121,9 @@ impl Condition {
                 message.push_str(&format!(" at line {line}, column {column}"));
             }
             if cel_source != expr {
-                message.push_str(&format!(" of `{cel_source}`"));
+                message.push_str(&format!(" of `{}`", expression::excerpt(&cel_source, QUOTED_CHARS)));
             }
-            ConditionError::Syntax { expr: expr.to_owned(), message, line, column }
+            ConditionError::Syntax { expr: quoted(expr), message, line, column }
         })?;
         Ok(Self { source: expr.to_owned(), cel_source, program })
     }
@@ -140,68 +162,54 @@ impl Condition {
         context.add_variable_from_value("steps", object_to_cel(&scope.steps));
         match self.program.execute(&context) {
             Ok(Value::Bool(value)) => Ok(value),
-            Ok(other) => Err(ConditionError::NotBool { expr: self.source.clone(), found: other.type_of().to_string() }),
-            Err(error) => Err(ConditionError::Evaluation { expr: self.source.clone(), message: error.to_string() }),
+            Ok(other) => {
+                Err(ConditionError::NotBool { expr: quoted(&self.source), found: other.type_of().to_string() })
+            }
+            Err(error) => Err(ConditionError::Evaluation { expr: quoted(&self.source), message: error.to_string() }),
         }
     }
 }
 
 /// Rewrites placeholder references (`$input.x`, `$step.output.x`, `$step.x`, `${step.x}`) outside string
 /// literals into CEL, as described in the [module docs](self). Text that is not a placeholder (a lone `$`) is
-/// left for the CEL parser to reject. Never panics.
+/// left for the CEL parser to reject. Linear in the length of `expr`; never panics.
 pub fn rewrite_placeholders(expr: &str) -> String {
     let mut out = String::with_capacity(expr.len() + 16);
-    let mut rest = expr;
-    while let Some(c) = rest.chars().next() {
+    // The next `}` at or after `at`, found once and reused: searching again for every `${` would make the
+    // rewrite quadratic in a text of many `${`.
+    let mut next_close: Option<usize> = None;
+    let mut at = 0;
+    while let Some(c) = expr[at..].chars().next() {
         let (replacement, len) = match c {
-            '\'' | '"' => (None, string_literal_len(rest, is_raw_prefix(&out))),
-            '$' => placeholder(rest).map_or((None, 1), |(cel, len)| (Some(cel), len)),
+            '\'' | '"' => (None, expression::literal_len(expr, at)),
+            '$' => {
+                if next_close.is_none_or(|close| close < at) {
+                    next_close = expr[at..].find('}').map(|i| at + i).or(Some(usize::MAX));
+                }
+                let close = next_close.filter(|&c| c != usize::MAX).map(|c| c - at);
+                placeholder(&expr[at..], close).map_or((None, 1), |(cel, len)| (Some(cel), len))
+            }
             _ => (None, c.len_utf8()),
         };
-        out.push_str(replacement.as_deref().unwrap_or(&rest[..len]));
-        rest = &rest[len..];
+        out.push_str(replacement.as_deref().unwrap_or(&expr[at..at + len]));
+        at += len;
     }
     out
 }
 
-/// Whether the text before a quote ends in a raw-string prefix (`r`, `R`, `br`, …) rather than an identifier.
-fn is_raw_prefix(before: &str) -> bool {
-    let mut back = before.chars().rev();
-    if !matches!(back.next(), Some('r' | 'R')) {
-        return false;
-    }
-    match back.next() {
-        Some('b' | 'B') => !back.next().is_some_and(|c| c.is_alphanumeric() || c == '_'),
-        Some(c) => !(c.is_alphanumeric() || c == '_'),
-        None => true,
-    }
-}
-
-/// Byte length of the string literal at the start of `text` (quote included); the rest of `text` if unclosed.
-fn string_literal_len(text: &str, raw: bool) -> usize {
-    let (quote, triple) = if text.starts_with('"') { ("\"", "\"\"\"") } else { ("'", "'''") };
-    let delimiter = if text.starts_with(triple) { triple } else { quote };
-    let mut chars = text.char_indices().skip(delimiter.len());
-    while let Some((i, c)) = chars.next() {
-        if text[i..].starts_with(delimiter) {
-            return i + delimiter.len();
-        }
-        if c == '\\' && !raw {
-            chars.next();
-        }
-    }
-    text.len()
-}
-
-/// The CEL for the placeholder at the start of `text` (which starts with `$`) and the bytes it replaces.
-fn placeholder(text: &str) -> Option<(String, usize)> {
+/// The CEL for the placeholder at the start of `text` (which starts with `$`) and the bytes it replaces; `close`
+/// is the offset in `text` of the first `}`, if any.
+fn placeholder(text: &str, close: Option<usize>) -> Option<(String, usize)> {
     if let Some(inner) = text.strip_prefix("${") {
-        let close = inner.find('}')?;
+        let close = close?.checked_sub(2)?;
         let body = &inner[..close];
-        let (cel, used) = placeholder(&format!("${body}"))?;
+        if body.contains('$') {
+            return None;
+        }
+        let (cel, used) = placeholder(&format!("${body}"), None)?;
         let path = body.get(used - 1..)?;
         let path_chars = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']');
-        let valid = !body.contains('$') && path.chars().all(path_chars);
+        let valid = path.chars().all(path_chars);
         return valid.then(|| (format!("({cel}{path})"), close + 3));
     }
     let after_dollar = &text[1..];

@@ -70,6 +70,11 @@ pub enum Code {
     InvalidApproval,
     /// A grounded argument's literal value does not appear in `context.source_text`.
     UngroundedArg,
+    /// A size or nesting limit is exceeded (an expression's length or depth, placeholders in a string,
+    /// dependency edges, …); [`Diagnostic::limit`] names the limit, its value and what the plan has.
+    LimitExceeded,
+    /// A CEL expression in a built-in action's args (`condition.eval` `expr`, `event.wait` `filter`) is invalid.
+    InvalidExpression,
 }
 
 impl Code {
@@ -80,7 +85,7 @@ impl Code {
 }
 
 /// Every code with its stable name, in documentation order.
-pub const CODE_NAMES: [(Code, &str); 26] = [
+pub const CODE_NAMES: [(Code, &str); 28] = [
     (Code::ParseError, "parse_error"),
     (Code::DuplicateKey, "duplicate_key"),
     (Code::InvalidField, "invalid_field"),
@@ -107,6 +112,8 @@ pub const CODE_NAMES: [(Code, &str); 26] = [
     (Code::RetryInvalid, "retry_invalid"),
     (Code::InvalidApproval, "invalid_approval"),
     (Code::UngroundedArg, "ungrounded_arg"),
+    (Code::LimitExceeded, "limit_exceeded"),
+    (Code::InvalidExpression, "invalid_expression"),
 ];
 
 /// One finding about a plan.
@@ -127,6 +134,22 @@ pub struct Diagnostic {
     /// For `cycle`: the step ids along the cycle, first id repeated at the end (`["b","c","d","b"]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cycle: Option<Vec<String>>,
+    /// For `limit_exceeded`: the limit, its value and what was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<Limit>,
+}
+
+/// A limit a plan exceeds, as `limit_exceeded` reports it: `{"name": "max_expression_depth", "max": 128,
+/// "found": 10001}`. `found` is at least the value counted when the check stopped (checks stop at the first
+/// excess, so as not to read the rest of an oversized input).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limit {
+    /// The limit's name, as the settings and the docs spell it (`max_expression_bytes`, `max_edges`, …).
+    pub name: String,
+    /// Its value.
+    pub max: u64,
+    /// What the plan has.
+    pub found: u64,
 }
 
 impl Diagnostic {
@@ -140,6 +163,17 @@ impl Diagnostic {
             message: message.into(),
             hint: None,
             cycle: None,
+            limit: None,
+        }
+    }
+
+    /// A `limit_exceeded` error: `what` exceeds the limit `name` (`max`), with `found`.
+    pub fn limit_exceeded(pointer: impl Into<String>, what: &str, name: &str, max: usize, found: usize) -> Self {
+        let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let message = format!("{what}: {found} exceeds the limit {name} = {max}");
+        Self {
+            limit: Some(Limit { name: name.to_owned(), max: as_u64(max), found: as_u64(found) }),
+            ..Self::error(Code::LimitExceeded, pointer, message)
         }
     }
 

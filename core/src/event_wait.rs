@@ -103,13 +103,15 @@ pub struct EventFilter {
 }
 
 impl EventFilter {
-    /// Compiles a CEL filter.
+    /// Checks a CEL filter against the bounds of [`crate::expression`], then compiles it.
     ///
     /// # Errors
-    /// A message with the parser's complaint.
+    /// A message naming the bound exceeded, or the parser's complaint.
     pub fn compile(source: &str) -> Result<Self, String> {
+        let quoted = crate::expression::excerpt(source, 120);
+        crate::expression::check(source).map_err(|e| format!("event.wait filter `{quoted}` is too complex: {e}"))?;
         let program =
-            Program::compile(source).map_err(|e| format!("event.wait filter `{source}` is not valid CEL: {e}"))?;
+            Program::compile(source).map_err(|e| format!("event.wait filter `{quoted}` is not valid CEL: {e}"))?;
         Ok(Self { source: source.to_owned(), program })
     }
 
@@ -156,6 +158,9 @@ mod tests {
         assert!(WaitArgs::from_value(&json!({"name": ""})).is_err());
         assert!(WaitArgs::from_value(&json!({"name": "x", "filter": "payload.a >"})).is_err());
         assert!(WaitArgs::from_value(&json!({"name": "x", "extra": 1})).is_err());
+        let deep = format!("payload.a{} == 1", ".b".repeat(5_000));
+        let err = WaitArgs::from_value(&json!({"name": "x", "filter": deep})).expect_err("too deep");
+        assert!(err.contains("too complex") && err.len() < 400, "{err}");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! - [`event_wait`]: the built-in `event.wait` action: its args and the CEL filter over an event's payload.
 //! - [`placeholder`]: the `$step.output.path` grammar: parsing, rendering and resolution against outputs.
 //! - [`condition`]: `when` expressions (CEL): compilation, step references, evaluation.
+//! - [`expression`]: the depth bounds every CEL expression is checked against before it is parsed.
 //! - [`schedule`]: cron schedules in an IANA zone: DST-correct fire times, "never fires", misfire decisions.
 //! - [`time_spec`]: `not_before` specs (`tomorrow 08:00`, `in 90m`, RFC 3339) resolved with a time zone.
 //! - [`retry`]: retry policies and the backoff/jitter maths (`next_delay`).
@@ -26,6 +27,7 @@ pub mod condition;
 pub mod diagnostic;
 pub mod document;
 pub mod event_wait;
+pub mod expression;
 pub mod failure;
 pub mod machine;
 pub mod placeholder;

@@ -604,6 +604,10 @@ fn sample(code: Code) -> (String, Format, Limits) {
             "context": {"source_text": "weather in Wuhan"},
             "steps": [{"id": "a", "action": "weather.forecast", "args": {"city": "Lyon"}}]
         })),
+        Code::LimitExceeded => steps(json!([{"id": "a", "action": "noop", "when": "x".repeat(20_000)}])),
+        Code::InvalidExpression => {
+            steps(json!([{"id": "a", "action": "condition.eval", "args": {"expr": "input.p >="}}]))
+        }
     }
 }
 

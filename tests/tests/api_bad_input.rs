@@ -169,3 +169,53 @@ async fn query_path_and_method_rejections_are_json_errors_too() {
     assert!(allow.is_some_and(|a| a.contains("POST")), "the Allow header is kept");
     assert_still_serving_and_nothing_stored(&app, "rejected queries and methods").await;
 }
+
+/// A plan whose `when` is `steps.b` + `tail`, behind a step `b`.
+fn hostile_when(tail: &str) -> Value {
+    json!({"goal": "g", "steps": [
+        {"id": "b", "action": "noop", "args": {}},
+        {"id": "a", "action": "noop", "args": {}, "depends_on": ["b"], "when": format!("steps.b{tail}")}
+    ]})
+}
+
+/// Issue "Hardening" F1: a `when` of 10,000 `1 +` terms (40 KB), 5,000 chained `.x` or 20,000 `[0]` overflowed a
+/// tokio worker's stack during validation and aborted the server. Each is now an invalid plan: 422 with a
+/// `limit_exceeded` diagnostic (pointer, limit) from `/v1/runs`, `{valid: false}` from `/v1/plans:validate`.
+#[tokio::test]
+async fn expressions_too_long_or_too_deep_are_invalid_plans_and_the_server_keeps_serving() {
+    for backend in backends() {
+        let app = HttpApp::start(backend, clock(), None).await;
+        let plus = format!(".x + {} == 0", vec!["1"; 10_000].join(" + "));
+        let (selectors, indexes) = (".x".repeat(5_000), "[0]".repeat(20_000));
+        for (what, plan) in [
+            ("10,000 terms", hostile_when(&plus)),
+            ("5,000 selectors", hostile_when(&selectors)),
+            ("20,000 indexes", hostile_when(&indexes)),
+        ] {
+            let answer = app.post("/v1/runs", &json!({"plan": plan})).await;
+            let details = assert_error(what, &answer, 422, "invalid_plan");
+            let d = &details["diagnostics"][0];
+            assert_eq!(
+                (d["code"].as_str(), d["pointer"].as_str()),
+                (Some("limit_exceeded"), Some("/steps/1/when")),
+                "{what}: {details:#}"
+            );
+            assert!(
+                d["limit"]["name"].as_str().is_some_and(|n| n.starts_with("max_expression_")),
+                "{what}: the limit is named: {d:#}"
+            );
+            assert!(
+                d["limit"]["max"].as_u64().is_some() && d["limit"]["found"].as_u64() > d["limit"]["max"].as_u64(),
+                "{d:#}"
+            );
+            let (status, report) = app.post("/v1/plans:validate", &plan).await;
+            assert_eq!(
+                (status, report["valid"].as_bool()),
+                (200, Some(false)),
+                "{what}: validate answers invalid: {report:#}"
+            );
+            assert_eq!(report["diagnostics"][0]["code"], "limit_exceeded", "{what}: {report:#}");
+            assert_still_serving_and_nothing_stored(&app, what).await;
+        }
+    }
+}

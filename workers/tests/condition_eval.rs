@@ -43,3 +43,16 @@ async fn evaluation_failures_are_permanent_condition_errors() {
     let steps = eval(json!({"expr": "steps.weather.output.p > 1"})).await.expect_err("no steps here");
     assert!(steps.message.contains("placeholders"), "the message says how to read another step: {}", steps.message);
 }
+
+#[tokio::test]
+async fn a_poison_expression_fails_the_attempt_with_invalid_args_instead_of_killing_the_worker() {
+    // 10,000 `1 +` terms overflowed the stack of the thread evaluating them, aborting the worker process with
+    // every attempt it ran; the interpolated form reaches the worker unchecked, so the worker bounds it too.
+    let poison = format!("{} == 0", vec!["1"; 10_000].join(" + "));
+
+    let err = eval(json!({"expr": poison})).await.expect_err("refused");
+
+    assert_eq!(err.code, "invalid_args");
+    assert!(!err.retryable && err.did_not_take_effect, "nothing ran, and it would fail again");
+    assert!(err.message.contains("too complex") && err.message.len() < 600, "{}", err.message);
+}

@@ -6,6 +6,8 @@
 //! Grounding compares literal strings only, case-insensitively after NFC normalisation: it stops a model from
 //! inventing a city or a recipient the user never mentioned, not from paraphrasing.
 
+use std::collections::HashSet;
+
 use unicode_normalization::UnicodeNormalization;
 
 use crate::catalog::ActionCatalog;
@@ -31,12 +33,14 @@ pub(crate) fn check(parsed: &mut Parsed, catalog: &dyn ActionCatalog, out: &mut 
             continue;
         };
         let args_at = pointer::step_field(slot.index, "args");
-        let placeholder_leaves: Vec<String> =
+        // A set: a leaf of n placeholders is found n times.
+        let placeholder_leaves: HashSet<String> =
             placeholder::references(&step.args).into_iter().map(|f| f.pointer).collect();
         for problem in entry.check_args(&step.args) {
-            let unresolved = placeholder_leaves
-                .iter()
-                .any(|leaf| problem.pointer == *leaf || problem.pointer.starts_with(&format!("{leaf}/")));
+            // The problem's pointer or one of its prefixes (`/a/b` under the leaf `/a`) holds a placeholder.
+            let mut prefixes = problem.pointer.match_indices('/').map(|(i, _)| &problem.pointer[..i]);
+            let unresolved = placeholder_leaves.contains(&problem.pointer)
+                || prefixes.any(|prefix| !prefix.is_empty() && placeholder_leaves.contains(prefix));
             if unresolved {
                 continue;
             }

@@ -1,6 +1,5 @@
-//! Pass 4: field values — time zone, `context.now`, `not_before`, `when` syntax, timeouts, retry, approval.
+//! Pass 4: field values — time zone, `context.now`, `not_before`, timeouts, retry, approval.
 
-use crate::condition::Condition;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::plan::{Step, StepDefaults};
 use crate::pointer;
@@ -55,13 +54,6 @@ fn check_step(index: usize, step: &Step, limits: &Limits, out: &mut Vec<Diagnost
     check_timeout(step.heartbeat_timeout_ms, &at("heartbeat_timeout_ms"), "heartbeat_timeout_ms", id, limits, out);
     if let Some(retry) = &step.retry {
         check_retry(retry, &at("retry"), id, out);
-    }
-    if let Some(when) = &step.when
-        && let Err(e) = Condition::compile(when)
-    {
-        let msg = format!("`when` of `{}` is not a valid CEL expression: {e}", step.id);
-        let hint = "e.g. `steps.rainy.output.matched` or `steps.weather.output.precipitation_probability >= 50`";
-        out.push(Diagnostic::error(Code::InvalidWhen, at("when"), msg).step(&step.id).hint(hint));
     }
     if let Some(spec) = &step.not_before {
         check_not_before(spec, &at("not_before"), &step.id, out);

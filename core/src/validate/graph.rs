@@ -88,6 +88,24 @@ impl Graph {
     }
 }
 
+/// Whether the plan's `depends_on` entries, all steps together, are within `limits.max_edges`; reports the
+/// excess otherwise.
+pub(crate) fn edges_within(slots: &[Slot], limits: &Limits, out: &mut Vec<Diagnostic>) -> bool {
+    let edges: usize = slots.iter().map(|s| s.depends_on.len()).sum();
+    if edges <= limits.max_edges {
+        return true;
+    }
+    let d = Diagnostic::limit_exceeded(
+        "/steps",
+        "dependency edges (depends_on entries)",
+        "max_edges",
+        limits.max_edges,
+        edges,
+    );
+    out.push(d.hint("depend on one step that joins a group instead of on every step of it"));
+    false
+}
+
 fn resolve_deps(slot: &Slot, index_of: &HashMap<&str, usize>, out: &mut Vec<Diagnostic>) -> Vec<usize> {
     let id = slot.id.as_deref().unwrap_or("");
     let mut deps = Vec::with_capacity(slot.depends_on.len());

@@ -5,7 +5,8 @@
 //!    step does not hide the others;
 //! 2. [`ids`]: id charset, reserved ids, duplicates (exact and after Unicode NFC normalisation);
 //! 3. [`graph`]: unknown, self and repeated dependencies, cycles with their path, transitive ancestry;
-//! 4. [`fields`]: time zone, `not_before`, `when` syntax, timeout and retry ranges, approval;
+//! 4. [`fields`]: time zone, `not_before`, timeout and retry ranges, approval; [`expressions`]: `when` and the
+//!    literal CEL in built-in actions' args (length, depth, syntax);
 //! 5. [`references`]: placeholders and `when` references must name a transitive dependency (or `$input`);
 //! 6. [`actions`]: unknown actions, args against the action's JSON Schema, grounded args.
 //!
@@ -13,6 +14,7 @@
 //! order of appearance: document-level first, then by step index, stable within a step.
 
 mod actions;
+mod expressions;
 mod fields;
 mod graph;
 mod ids;
@@ -38,11 +40,22 @@ pub struct Limits {
     pub min_timeout_ms: u64,
     /// Largest allowed `timeout_ms` and `heartbeat_timeout_ms` (default 24 h).
     pub max_timeout_ms: u64,
+    /// Longest CEL expression, in bytes: a `when`, or a literal `condition.eval` `expr` or `event.wait` `filter`
+    /// (default 16 KiB). Depth is bounded separately and always ([`crate::expression`]).
+    pub max_expression_bytes: usize,
+    /// Most `depends_on` entries in one plan, all steps together (default 20,000).
+    pub max_edges: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_steps: 1000, min_timeout_ms: 1000, max_timeout_ms: 24 * 3600 * 1000 }
+        Self {
+            max_steps: 1000,
+            min_timeout_ms: 1000,
+            max_timeout_ms: 24 * 3600 * 1000,
+            max_expression_bytes: 16 * 1024,
+            max_edges: 20_000,
+        }
     }
 }
 
@@ -96,9 +109,14 @@ pub fn validate_value(document: &Value, catalog: &dyn ActionCatalog, limits: &Li
         return Report::new(out, None);
     };
     ids::check(&parsed.slots, &mut out);
+    if !graph::edges_within(&parsed.slots, limits, &mut out) {
+        // Reading half a million edges costs seconds; the plan is refused on their number alone.
+        return Report::new(out, None);
+    }
     let graph = graph::Graph::build(&parsed.slots, &mut out);
     let ancestry = graph.ancestry(&parsed.slots, limits);
     fields::check(&parsed, limits, &mut out);
+    expressions::check(&parsed.slots, limits, &mut out);
     references::check(&parsed.slots, &graph, ancestry.as_ref(), &mut out);
     actions::check(&mut parsed, catalog, &mut out);
     let plan = parsed.into_plan();

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use crate::condition::Condition;
 use crate::diagnostic::{Code, Diagnostic, did_you_mean};
+use crate::expression;
 use crate::placeholder::{self, Root};
 use crate::pointer;
 use crate::validate::graph::{Ancestry, Graph};
@@ -39,7 +40,7 @@ pub(crate) fn check(slots: &[Slot], graph: &Graph, ancestry: Option<&Ancestry>, 
             let at = format!("{args_at}{}", found.pointer);
             match found.result {
                 Err(e) => {
-                    let msg = format!("bad placeholder in `{}`: {e}", found.text);
+                    let msg = format!("bad placeholder in `{}`: {e}", expression::excerpt(&found.placeholder, 120));
                     let hint =
                         "write `$step.output.field`, `${step.output.field}` inside text, or `$$` for a literal `$`";
                     out.push(Diagnostic::error(Code::PlaceholderSyntax, at, msg).step(&step.id).hint(hint));
@@ -55,8 +56,9 @@ pub(crate) fn check(slots: &[Slot], graph: &Graph, ancestry: Option<&Ancestry>, 
             && let Ok(condition) = Condition::compile(when)
         {
             let at = pointer::step_field(slot.index, "when");
+            let quoted = expression::excerpt(when, 120);
             for producer in condition.step_references() {
-                lookup.check(slot, &step.id, &producer, when, &at, out);
+                lookup.check(slot, &step.id, &producer, &quoted, &at, out);
             }
         }
     }
