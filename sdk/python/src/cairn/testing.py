@@ -122,7 +122,7 @@ async def aattempt(
     try:
         outcome = await act.run(args_json=args_json, ctx=ctx, heartbeat_every=None)
         if outcome.straggler is not None:
-            await outcome.straggler
+            await asyncio.wait([outcome.straggler])  # its late result or error is void
     finally:
         if timer is not None:
             timer.cancel()

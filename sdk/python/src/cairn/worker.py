@@ -276,6 +276,11 @@ class Worker:
         setup_logging(self.log_level)
         asyncio.run(self.run_async(handle_signals=threading.current_thread() is threading.main_thread()))
 
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        """Blocks (another thread than the worker's) until the worker registered with the orchestrator; True
+        once it did, False after ``timeout`` seconds. For applications that run the worker in a thread."""
+        return self._started.wait(timeout)
+
     def stop(self) -> None:
         """Begins shutdown (from any thread): no new attempts; attempts in flight drain. :meth:`run` returns when
         they are done."""
