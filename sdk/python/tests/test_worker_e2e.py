@@ -212,6 +212,9 @@ def test_sigterm_drains_in_flight_attempts_and_exits_0(server: Server, procs: Pr
     run = client.submit({"steps": [{"id": "work", "action": worker.a("drain"), "args": {"seconds": 1.5}}]})
     worker.wait_mark("drain-started")
     worker.proc.signal(signal.SIGTERM)
+    eventually(lambda: "shutting down" in worker.proc.log(), "the worker begins its shutdown", 10)
+    # Submitted while it drains, with a slot free: it must not be taken (polling stopped at once).
+    later = client.submit({"steps": [{"id": "later", "action": worker.a("greet"), "args": {"name": "x"}}]})
     assert worker.proc.wait(timeout=30) == 0, worker.proc.log()
     final = client.wait(run.id, timeout=30)
     assert final.status == "succeeded"
@@ -219,8 +222,6 @@ def test_sigterm_drains_in_flight_attempts_and_exits_0(server: Server, procs: Pr
     assert step.attempts == 1 and step.failures == [] and step.output == {"finished": True, "attempt": 1}
     log = worker.proc.log()
     assert "SIGTERM received" in log and "stopped" in log
-    # It stopped polling: a step submitted now waits for another worker.
-    later = client.submit({"steps": [{"id": "later", "action": worker.a("greet"), "args": {"name": "x"}}]})
     assert client.get(later.id).step("later").attempts == 0
     client.cancel(later.id)
 

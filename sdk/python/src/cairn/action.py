@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal
 import pydantic
 
 from . import schema as _schema
-from .context import Cancelled, Context, Progress
+from .context import Cancelled, Context
 from .errors import ActionFailure
 
 __all__ = ["Action", "Effect", "FailureRecord", "action", "Outcome"]
