@@ -237,3 +237,26 @@ def test_the_worker_registers_what_the_orchestrator_needs() -> None:
     assert json.loads(d.output_schema_json) == {"type": "object"}
     assert worker._metadata == (("authorization", "Bearer t"),)
     assert "w-1" in repr(worker)
+
+
+def test_handler_signatures() -> None:
+    from cairn import testing
+
+    def args_only(args: dict) -> dict:
+        return {"args": args}
+
+    def ctx_default(args: dict, ctx: cairn.Context = None) -> dict:  # type: ignore[assignment]
+        return {"attempt": ctx.attempt}
+
+    def extra_default(args: dict, flag: bool = True) -> dict:
+        return {"flag": flag}
+
+    def named_ctx_first(ctx, args):  # type: ignore[no-untyped-def]
+        return {"step": ctx.step_id, "args": args}
+
+    assert testing.run(args_only, {"a": 1}) == {"args": {"a": 1}}
+    assert testing.run(ctx_default, {}, attempt=4) == {"attempt": 4}
+    assert testing.run(extra_default, {}) == {"flag": True}
+    assert testing.run(named_ctx_first, {"b": 2}, step_id="s") == {"step": "s", "args": {"b": 2}}
+    with pytest.raises(TypeError):
+        cairn.action("x")(lambda args, *, must: None)

@@ -357,17 +357,21 @@ def _signature(fn: Callable[..., Any]) -> tuple[list[inspect.Parameter], int | N
         hints = typing.get_type_hints(fn)
     except Exception:  # noqa: BLE001 - unresolvable forward references: fall back to raw annotations
         hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if not isinstance(v, str)}
-    params = [p for p in sig.parameters.values()
-              if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-              and p.default is inspect.Parameter.empty]
-    if len(params) > 2:
+    positional = [p for p in sig.parameters.values()
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is inspect.Parameter.empty]
+    if len(required) > 2 or any(p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty
+                                for p in sig.parameters.values()):
         raise TypeError(f"{getattr(fn, '__name__', fn)!r}: a handler takes (args) or (args, ctx), not "
-                        f"{len(params)} parameters")
-    ctx_index = None
-    for i, p in enumerate(params):
+                        f"{len(required)} required parameters")
+
+    def is_ctx(p: inspect.Parameter) -> bool:
         hint = hints.get(p.name)
-        if (isinstance(hint, type) and issubclass(hint, Context)) or p.name in ("ctx", "context"):
-            ctx_index = i
+        return (isinstance(hint, type) and issubclass(hint, Context)) or p.name in ("ctx", "context")
+
+    # The args, then the context; a defaulted parameter is passed only when it is the context.
+    params = [p for i, p in enumerate(positional[:2]) if p.default is inspect.Parameter.empty or is_ctx(p)]
+    ctx_index = next((i for i, p in enumerate(params) if is_ctx(p)), None)
     if ctx_index is None and len(params) == 2:
         ctx_index = 1
     args_params = [p for i, p in enumerate(params) if i != ctx_index]
