@@ -27,13 +27,19 @@ impl Embedded {
         format!("http://{}", self.server.http_addr)
     }
 
-    /// Stops the worker (draining briefly) and the orchestrator.
+    /// The worker protocol URL (for workers of other processes joining this orchestrator).
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.server.grpc_addr)
+    }
+
+    /// Stops the in-process worker (its attempts in flight may finish and report), then the orchestrator
+    /// gracefully ([`Server::shutdown`]).
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop_worker.take() {
             let _ = stop.send(());
         }
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut self.worker).await;
-        self.server.shutdown();
+        self.server.shutdown().await;
     }
 }
 

@@ -19,6 +19,7 @@ mod command;
 mod demo;
 mod embedded;
 mod settings;
+mod signal;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -38,6 +38,8 @@ pub struct Settings {
     pub max_expression_bytes: usize,
     /// Most `depends_on` entries in one plan, all steps together.
     pub max_edges: usize,
+    /// On SIGTERM or ctrl-c, how long requests in flight may take to finish before the process exits, in ms.
+    pub shutdown_grace_ms: u64,
     /// PostgreSQL only: how long to wait for a connection or an answer before treating the connection as lost,
     /// in milliseconds (also the `idle_in_transaction_session_timeout` of Cairn's sessions where none is set).
     pub db_answer_deadline_ms: u64,
@@ -71,13 +73,14 @@ impl Default for Settings {
             max_steps: 1000,
             max_expression_bytes: cairn_core::validate::Limits::default().max_expression_bytes,
             max_edges: cairn_core::validate::Limits::default().max_edges,
+            shutdown_grace_ms: 10_000,
             db_answer_deadline_ms: u64::try_from(cairn_store::DEFAULT_ANSWER_DEADLINE.as_millis()).unwrap_or(30_000),
         }
     }
 }
 
 /// The settings keys, as environment variables take them (`CAIRN_DB`, `CAIRN_API_TOKEN`, …).
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
     "db",
     "http",
     "grpc",
@@ -90,6 +93,7 @@ const KEYS: [&str; 13] = [
     "max_steps",
     "max_expression_bytes",
     "max_edges",
+    "shutdown_grace_ms",
     "db_answer_deadline_ms",
 ];
 

@@ -363,14 +363,18 @@ impl Engine {
     }
 }
 
-/// Spawns the waiting loop ([`Engine::waiting_pass`] every [`WAIT_INTERVAL`]); abort the handle to stop it.
+/// Spawns the waiting loop ([`Engine::waiting_pass`] every [`WAIT_INTERVAL`]); it ends between passes once `stop`
+/// is cancelled (or when the handle is aborted).
 /// Safe in every orchestrator at once. Store errors are logged and retried on the next pass.
-pub fn spawn(engine: Engine) -> JoinHandle<()> {
+pub fn spawn(engine: Engine, stop: tokio_util::sync::CancellationToken) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(WAIT_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => return,
+            }
             if let Err(e) = engine.waiting_pass().await {
                 tracing::warn!(error = %e, retryable = e.is_retryable(), "waiting pass failed");
             }

@@ -13,6 +13,7 @@ use cairn_core::clock::Clock;
 use cairn_store::Store;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiConfig};
 use crate::config::EngineConfig;
@@ -36,6 +37,8 @@ pub struct ServerConfig {
     pub worker_token: Option<String>,
     /// Engine settings.
     pub engine: EngineConfig,
+    /// How long [`Server::shutdown`] lets requests in flight (reports, submissions) finish. Default 10 s.
+    pub shutdown_grace: std::time::Duration,
 }
 
 /// A running orchestrator.
@@ -48,6 +51,9 @@ pub struct Server {
     /// Where the worker protocol listens.
     pub grpc_addr: SocketAddr,
     tasks: Vec<JoinHandle<()>>,
+    /// Cancelled by [`Server::shutdown`]: the listeners stop accepting, the background loops stop between passes.
+    stop: CancellationToken,
+    shutdown_grace: std::time::Duration,
 }
 
 impl Server {
@@ -68,6 +74,8 @@ impl Server {
             TcpListener::bind(config.grpc_addr).await.with_context(|| format!("binding {}", config.grpc_addr))?;
         let (http_addr, grpc_addr) = (http.local_addr()?, grpc.local_addr()?);
         let router = api::router(engine.clone(), config.api.clone());
+        let stop = CancellationToken::new();
+        let http_stop = stop.clone();
         let http_task = tokio::spawn(async move {
             if let Err(e) = axum::serve(
                 http.tap_io(|tcp| {
@@ -76,31 +84,63 @@ impl Server {
                 }),
                 router,
             )
+            .with_graceful_shutdown(http_stop.cancelled_owned())
             .await
             {
                 tracing::error!(error = %e, "HTTP server stopped");
             }
         });
         let service = WorkerGrpc::service(engine.clone(), config.worker_token.clone());
+        let grpc_stop = stop.clone();
         let grpc_task = tokio::spawn(async move {
-            let served =
-                tonic::transport::Server::builder().trace_fn(grpc_span).add_service(service).serve_with_incoming(
+            let served = tonic::transport::Server::builder()
+                .trace_fn(grpc_span)
+                .add_service(service)
+                .serve_with_incoming_shutdown(
                     // Without TCP_NODELAY small HTTP/2 frames (a report, a poll answer) wait for the peer's
                     // delayed ACK: about 40 ms per exchange, which dominated every step's overhead.
                     tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true)),
+                    grpc_stop.cancelled_owned(),
                 );
             if let Err(e) = served.await {
                 tracing::error!(error = %e, "gRPC server stopped");
             }
         });
-        let reaper = crate::reaper::spawn(engine.clone());
-        let waiting = crate::scheduler::spawn(engine.clone());
+        let reaper = crate::reaper::spawn(engine.clone(), stop.clone());
+        let waiting = crate::scheduler::spawn(engine.clone(), stop.clone());
         tracing::info!(%http_addr, %grpc_addr, backend = engine.store().backend(), "orchestrator started");
-        Ok(Server { engine, http_addr, grpc_addr, tasks: vec![http_task, grpc_task, reaper, waiting] })
+        let tasks = vec![http_task, grpc_task, reaper, waiting];
+        Ok(Server { engine, http_addr, grpc_addr, tasks, stop, shutdown_grace: config.shutdown_grace })
     }
 
-    /// Stops serving (in-flight requests are dropped; every acknowledged change is already committed).
-    pub fn shutdown(self) {
+    /// Stops gracefully (SIGTERM, ctrl-c): the listeners stop accepting connections, long polls answer and live
+    /// event streams end at once, the reaper and the waiting loop stop after their current pass, and requests in
+    /// flight (reports, heartbeats, submissions, operator actions) are served to the end, for up to the shutdown
+    /// grace. Whatever is still running then is dropped: every change acknowledged to a client is committed
+    /// already, and an unanswered one is resent by its client (workers resend reports) to another orchestrator
+    /// or to this one restarted.
+    ///
+    /// Returns whether everything finished within the grace.
+    pub async fn shutdown(mut self) -> bool {
+        self.stop.cancel();
+        self.engine.stop_waiting();
+        let all = futures::future::join_all(self.tasks.iter_mut());
+        let finished = tokio::time::timeout(self.shutdown_grace, all).await.is_ok();
+        if !finished {
+            tracing::warn!(grace_ms = self.shutdown_grace.as_millis(), "shutdown grace over; dropping what is left");
+        }
+        for task in &self.tasks {
+            task.abort();
+        }
+        tracing::info!(finished, "orchestrator stopped");
+        finished
+    }
+
+    /// Stops at once (tests, and a second signal): in-flight requests are dropped; every change acknowledged to a
+    /// client is already committed.
+    pub fn abort(self) {
+        self.stop.cancel();
+        self.engine.stop_waiting();
         for task in self.tasks {
             task.abort();
         }

@@ -287,6 +287,7 @@ async fn server(planner: Option<Planner>) -> Server {
         api: ApiConfig { planner: planner.map(Arc::new), ..ApiConfig::default() },
         worker_token: None,
         engine: Default::default(),
+        shutdown_grace: std::time::Duration::from_secs(1),
     };
     Server::start(config, Arc::new(SystemClock)).await.expect("the orchestrator starts")
 }
@@ -311,7 +312,7 @@ async fn the_draft_route_answers_422_with_every_round_when_no_plan_is_valid() {
     assert_eq!(rounds.len(), 2);
     assert_eq!(mock.requests().len(), 2);
     assert!(rounds[0]["draft"]["steps"].is_array() && rounds[0]["diagnostics"][0]["code"].is_string());
-    server.shutdown();
+    server.abort();
 }
 
 #[tokio::test]
@@ -328,10 +329,10 @@ async fn the_draft_route_returns_a_valid_plan_and_refuses_without_a_planner() {
     assert_eq!((status, body["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_request")));
     let (status, _) = post_draft(&server_with, &json!({"text": REQUEST, "temperature": 2})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "unknown body fields are refused");
-    server_with.shutdown();
+    server_with.abort();
 
     let server_without = server(None).await;
     let (status, body) = post_draft(&server_without, &json!({"text": REQUEST})).await;
     assert_eq!((status, body["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("planner_unconfigured")));
-    server_without.shutdown();
+    server_without.abort();
 }

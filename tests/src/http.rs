@@ -136,6 +136,7 @@ impl HttpApp {
             api,
             worker_token: None,
             engine: options.engine,
+            shutdown_grace: Duration::from_secs(10),
         };
         let server = Server::start(config, clock.clone()).await.expect("the orchestrator starts");
         let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("an HTTP client");
@@ -252,7 +253,7 @@ impl HttpApp {
 impl Drop for HttpApp {
     fn drop(&mut self) {
         if let Some(server) = self.server.take() {
-            server.shutdown();
+            server.abort();
         }
     }
 }

@@ -100,6 +100,26 @@ impl Proc {
         self.dead = true;
     }
 
+    /// `SIGTERM`, then waits (at most `limit`) for the process to exit; returns its exit code (`None`: killed by
+    /// a signal). Panics if it is still running after `limit`.
+    pub fn terminate(&mut self, limit: Duration) -> Option<i32> {
+        signal(self.pid(), "TERM");
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.dead = true;
+                return status.code();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} still runs {limit:?} after SIGTERM:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// `SIGSTOP`: the process is frozen (sockets stay open, nothing runs).
     pub fn freeze(&self) {
         signal(self.pid(), "STOP");
@@ -238,6 +258,12 @@ impl Orchestrator {
         self.process = Some(process);
     }
 
+    /// `SIGTERM` the orchestrator and wait (at most `limit`) for it to exit; returns its exit code.
+    pub fn terminate(&mut self, limit: Duration) -> Option<i32> {
+        let mut process = self.process.take().expect("the orchestrator is running");
+        process.terminate(limit)
+    }
+
     /// `kill -9` the orchestrator (the database stays).
     pub fn kill(&mut self) {
         let mut process = self.process.take().expect("the orchestrator is running");
@@ -247,6 +273,11 @@ impl Orchestrator {
     /// Starts the orchestrator again over the same database and ports; waits until it answers.
     pub async fn restart(&mut self) {
         self.spawn().await;
+    }
+
+    /// The API token.
+    pub fn api_token(&self) -> &str {
+        &self.api_token
     }
 
     /// The worker token.

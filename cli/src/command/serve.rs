@@ -53,28 +53,32 @@ pub fn server_config(settings: &Settings, auth: bool) -> ServerConfig {
         },
         worker_token: if auth { settings.worker_token.clone() } else { None },
         engine: settings.engine(),
+        shutdown_grace: std::time::Duration::from_millis(settings.shutdown_grace_ms),
     }
 }
 
 /// `cairn serve`: refuses to start without tokens (auth is off only in `cairn dev`).
 pub async fn serve(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode> {
+    let stop = crate::signal::Stop::install();
     args.apply(&mut settings);
     if settings.api_token.is_none() || settings.worker_token.is_none() {
         bail!("`cairn serve` needs CAIRN_API_TOKEN and CAIRN_WORKER_TOKEN (auth is off only in `cairn dev`)");
     }
     let server = Server::start(server_config(&settings, true), Arc::new(SystemClock)).await?;
     out!("Cairn orchestrator: API http://{}  worker gRPC http://{}", server.http_addr, server.grpc_addr);
-    tokio::signal::ctrl_c().await?;
-    server.shutdown();
+    stop.wait().await;
+    tracing::info!("stopping: no new work; requests in flight may finish");
+    server.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
 
 /// `cairn dev`: orchestrator on SQLite plus an in-process worker serving the built-in actions.
 pub async fn dev(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode> {
+    let stop = crate::signal::Stop::install();
     args.apply(&mut settings);
     let app = embedded::start(&settings, args.demo).await?;
-    out!("Cairn dev: API {}  (database {}, worker in-process)", app.url(), settings.db);
-    tokio::signal::ctrl_c().await?;
+    out!("Cairn dev: API {}  worker gRPC {}  (database {}, worker in-process)", app.url(), app.grpc_url(), settings.db);
+    stop.wait().await;
     app.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }

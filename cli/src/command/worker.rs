@@ -54,6 +54,7 @@ pub struct Args {
 /// # Errors
 /// An unknown action name, an unusable address or token, or the orchestrator refusing the worker.
 pub async fn run(args: &Args, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let stop = crate::signal::Stop::install();
     let mut actions = registry(&actions_from_env());
     if !args.actions.is_empty() {
         let known: Vec<String> = actions.iter().map(|a| a.spec().name).collect();
@@ -77,25 +78,6 @@ pub async fn run(args: &Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         config.server,
         config.concurrency
     );
-    runtime::run(config, terminated()).await.context("worker")?;
+    runtime::run(config, stop.wait()).await.context("worker")?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Resolves on ctrl-c or, on Unix, SIGTERM.
-async fn terminated() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-                return;
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGTERM; stop with ctrl-c"),
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }

@@ -1,6 +1,7 @@
 //! `GET /v1/runs/{id}/events`: the run's history as JSON (`?after=ID&limit=N`), or as a live
 //! `text/event-stream` when the client asks for it: one SSE event per history entry (`id` = sequence number,
-//! `event` = kind, `data` = the entry as JSON), ending after the run finished and everything was sent.
+//! `event` = kind, `data` = the entry as JSON), ending after the run finished and everything was sent, or when
+//! the orchestrator shuts down (a client resumes with `Last-Event-ID` or `?after=`).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -37,7 +38,9 @@ pub(super) async fn events(
     if state.engine.store().run(&id).await?.is_none() {
         return Err(ApiError::not_found("run"));
     }
-    let after = q.after.unwrap_or(0);
+    // A reconnecting EventSource says where it stopped in `Last-Event-ID`; `?after=` wins when both are given.
+    let last_seen = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+    let after = q.after.or(last_seen).unwrap_or(0);
     let wants_stream =
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/event-stream"));
     if wants_stream {
@@ -48,6 +51,14 @@ pub(super) async fn events(
     Ok(Json(json!({"events": events})).into_response())
 }
 
+/// Waits [`POLL`], or less when the orchestrator begins to shut down.
+async fn pause(state: &AppState) {
+    tokio::select! {
+        () = tokio::time::sleep(POLL) => {}
+        () = state.engine.stopping() => {}
+    }
+}
+
 fn live(state: AppState, run_id: String, after: i64) -> impl Stream<Item = Result<Event, Infallible>> {
     let start = (state, run_id, after, Vec::new(), false);
     stream::unfold(start, |(state, run_id, mut after, mut pending, mut done)| async move {
@@ -55,7 +66,8 @@ fn live(state: AppState, run_id: String, after: i64) -> impl Stream<Item = Resul
             if let Some(event) = pending.pop() {
                 return Some((Ok(event), (state, run_id, after, pending, done)));
             }
-            if done {
+            // A stream ends when the orchestrator shuts down; the client resumes from its last id elsewhere.
+            if done || state.engine.is_stopping() {
                 return None;
             }
             let finished = matches!(state.engine.store().run(&run_id).await, Ok(Some(r)) if r.finished_at_ms.is_some());
@@ -69,10 +81,10 @@ fn live(state: AppState, run_id: String, after: i64) -> impl Stream<Item = Resul
                         .collect();
                 }
                 Ok(_) if finished => done = true,
-                Ok(_) => tokio::time::sleep(POLL).await,
+                Ok(_) => pause(&state).await,
                 Err(e) => {
                     tracing::warn!(error = %e, "event stream read failed; retrying");
-                    tokio::time::sleep(POLL).await;
+                    pause(&state).await;
                 }
             }
         }

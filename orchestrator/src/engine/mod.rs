@@ -25,6 +25,7 @@ use cairn_store::{
 };
 use serde_json::Value;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::catalog::LiveCatalog;
 use crate::config::EngineConfig;
@@ -61,6 +62,8 @@ struct Inner {
     /// [`Engine::start_event_waits`] returns only after any start already in flight (the waiting loop's) has
     /// committed: an event delivered next then finds the armed wait instead of racing its start.
     event_wait_start: tokio::sync::Mutex<()>,
+    /// Cancelled when the process begins to shut down: long polls answer at once, live event streams end.
+    stopping: CancellationToken,
 }
 
 /// One completion and the claim sent with it ([`Engine::complete_and_claim_all`]).
@@ -124,6 +127,7 @@ impl Engine {
             waiters: waiters::Waiters::default(),
             commits: queue,
             event_wait_start: tokio::sync::Mutex::new(()),
+            stopping: CancellationToken::new(),
         });
         commit::spawn_writer(Arc::downgrade(&inner), writer);
         peers::spawn(&inner);
@@ -164,6 +168,23 @@ impl Engine {
     pub fn wake(&self) {
         self.inner.wake.notify_waiters();
         self.inner.peers.wake();
+    }
+
+    /// Begins shutting down: waiting long polls answer (with what they can claim at once, usually nothing) and
+    /// new ones do not wait; live event streams end. Reports and other writes are still served, so work in flight
+    /// can finish during the shutdown grace.
+    pub fn stop_waiting(&self) {
+        self.inner.stopping.cancel();
+    }
+
+    /// Resolves once [`Engine::stop_waiting`] was called.
+    pub fn stopping(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.inner.stopping.cancelled()
+    }
+
+    /// Whether [`Engine::stop_waiting`] was called.
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.is_cancelled()
     }
 
     /// How many long polls wait here for work, registered and not yet handed steps.
@@ -292,7 +313,7 @@ impl Engine {
             let request = ClaimRequest { worker_id: worker_id.to_owned(), actions: actions.to_vec(), limit, now_ms };
             // Parked by the writer itself when nothing was claimable, before it writes the next batch, so a
             // report in that batch can already hand its released steps to this poll.
-            let wait_for_more = tokio::time::Instant::now() < deadline;
+            let wait_for_more = tokio::time::Instant::now() < deadline && !self.is_stopping();
             let (ticket, mut handoff) = match self.queue_claim(request, wait_for_more).await? {
                 commit::ClaimAnswer::Claimed(claimed) => return Ok(claimed),
                 commit::ClaimAnswer::Parked { ticket, handoff } => (ticket, handoff),
@@ -309,6 +330,7 @@ impl Engine {
                 // `Err`: the batch that took this waiter failed; claim again.
                 handed = &mut handoff => handed.unwrap_or_default(),
                 () = &mut notified => registration.woken(handoff).await,
+                () = self.inner.stopping.cancelled() => registration.woken(handoff).await,
                 () = tokio::time::sleep(wait.max(Duration::from_millis(1))) => registration.woken(handoff).await,
             };
             if !handed.is_empty() {
