@@ -2,9 +2,6 @@
 //! `--server`) use. The worker talks to the orchestrator over the real worker protocol on 127.0.0.1, exactly
 //! as a separate worker process would.
 
-use std::sync::Arc;
-
-use cairn_orchestrator::clock::SystemClock;
 use cairn_orchestrator::server::Server;
 use cairn_workers::actions::{ActionsConfig, registry};
 use cairn_workers::runtime::{self, WorkerConfig};
@@ -49,7 +46,7 @@ impl Embedded {
 /// # Errors
 /// Database or listener failures.
 pub async fn start(settings: &Settings, demo: bool) -> anyhow::Result<Embedded> {
-    let server = Server::start(server_config(settings, false), Arc::new(SystemClock)).await?;
+    let server = Server::start_steady(server_config(settings, false)).await?;
     let mut actions = actions_from_env();
     if demo {
         let base = crate::demo::start().await?;

@@ -80,8 +80,9 @@ impl WaitArgs {
     /// A message naming the problem (unknown field, wrong type, invalid filter).
     pub fn from_value(args: &Value) -> Result<Self, String> {
         let parsed: WaitArgs = serde_json::from_value(args.clone()).map_err(|e| format!("event.wait args: {e}"))?;
-        if parsed.name.is_empty() {
-            return Err("event.wait args: `name` must not be empty".into());
+        crate::text::EVENT_NAME.check(&parsed.name).map_err(|e| format!("event.wait args: {e}"))?;
+        if let Some(key) = &parsed.key {
+            crate::text::EVENT_KEY.check(key).map_err(|e| format!("event.wait args: {e}"))?;
         }
         if let Some(filter) = &parsed.filter {
             EventFilter::compile(filter)?;

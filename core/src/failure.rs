@@ -35,6 +35,9 @@ pub mod codes {
     pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
     /// The output exceeded the configured size limit (not retryable: the same input gives the same size).
     pub const OUTPUT_TOO_LARGE: &str = "output_too_large";
+    /// The output a worker reported is not JSON (a NaN or infinity, a lone surrogate, cut-off text), or does not
+    /// fit the action's declared output schema (not retryable).
+    pub const INVALID_OUTPUT: &str = "invalid_output";
     /// Retries are exhausted; the last attempt's code is in `details.last_code`.
     pub const RETRIES_EXHAUSTED: &str = "retries_exhausted";
     /// Persisted state is inconsistent (e.g. a step row is missing); the run is failed rather than left hanging.
@@ -131,7 +134,9 @@ impl Failure {
     pub fn suggestion(&self) -> Suggestion {
         match self.code.as_str() {
             codes::INVALID_ARGS | codes::PLACEHOLDER_UNRESOLVED => Suggestion::RepairArgs,
-            codes::CONDITION_ERROR | codes::INTEGRITY_ERROR | codes::OUTPUT_TOO_LARGE => Suggestion::Replan,
+            codes::CONDITION_ERROR | codes::INTEGRITY_ERROR | codes::OUTPUT_TOO_LARGE | codes::INVALID_OUTPUT => {
+                Suggestion::Replan
+            }
             codes::UNAUTHORIZED | codes::OUTCOME_UNKNOWN | codes::NOT_FOUND => Suggestion::AskUser,
             codes::CANCELLED => Suggestion::Skip,
             _ if self.retryable => Suggestion::Retry,

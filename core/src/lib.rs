@@ -19,6 +19,7 @@
 //! - [`pointer`]: JSON pointer building (RFC 6901 escaping).
 //! - [`clock`]: the injected [`clock::Clock`] and a manual clock for tests.
 //! - [`state`]: run and step statuses; [`failure`]: failure records and codes.
+//! - [`text`]: the identifiers requests carry (keys, names, ids): length limits and the NUL rule.
 //! - [`machine`]: the pure state machine (retry/fail/outcome_unknown, trigger rules, skip propagation).
 
 pub mod catalog;
@@ -36,5 +37,6 @@ pub mod pointer;
 pub mod retry;
 pub mod schedule;
 pub mod state;
+pub mod text;
 pub mod time_spec;
 pub mod validate;

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use cairn_core::catalog::{ActionSpec, Effect};
 use cairn_core::failure::Failure;
+use cairn_core::text;
 use cairn_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
 use cairn_proto::v1::{
     self as pb, Attempt, CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, FailRequest, HeartbeatRequest,
     HeartbeatResponse, PollRequest, PollResponse, RegisterRequest, RegisterResponse, ReportOutcome, ReportResponse,
 };
-use cairn_store::{Claimed, HeartbeatOutcome, Lease, Report, StoreError};
+use cairn_store::{Claimed, ErrorClass, HeartbeatOutcome, Lease, Report, StoreError};
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
@@ -70,13 +71,29 @@ impl tonic::service::Interceptor for TokenCheck {
     }
 }
 
+/// The status a store error answers: `UNAVAILABLE` (resend) when the database was unreachable or contended,
+/// `INVALID_ARGUMENT` when it refused the data (resending the same report would be refused again), `INTERNAL`
+/// otherwise. Workers resend only `UNAVAILABLE` (and transport failures).
 fn unavailable(e: &StoreError) -> Status {
-    tracing::warn!(error = %e, "store error in worker protocol");
-    if e.is_retryable() { Status::unavailable(e.to_string()) } else { Status::internal("internal error") }
+    let class = e.class();
+    tracing::warn!(error = %e, ?class, "store error in worker protocol");
+    match class {
+        ErrorClass::Unreachable | ErrorClass::Contended => Status::unavailable(e.to_string()),
+        ErrorClass::Refused => Status::invalid_argument(format!("the database refused the data: {e}")),
+        ErrorClass::Internal => Status::internal("internal error"),
+    }
+}
+
+/// Checks an identifier the worker sent (`cairn_core::text`): `INVALID_ARGUMENT` naming the rule broken.
+fn identifier(field: cairn_core::text::Field, value: &str) -> Result<(), Status> {
+    field.check(value).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 fn lease(worker_id: &str, lease: Option<pb::Lease>) -> Result<Lease, Status> {
     let l = lease.ok_or_else(|| Status::invalid_argument("missing lease"))?;
+    identifier(text::WORKER_ID, worker_id)?;
+    identifier(text::RUN_ID, &l.run_id)?;
+    identifier(text::STEP_ID, &l.step_id)?;
     Ok(Lease { run_id: l.run_id, step_id: l.step_id, attempt: l.attempt, worker_id: worker_id.to_owned() })
 }
 
@@ -142,6 +159,10 @@ fn outcome(report: Report) -> ReportResponse {
 impl WorkerService for WorkerGrpc {
     async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<RegisterResponse>, Status> {
         let req = request.into_inner();
+        identifier(text::WORKER_ID, &req.worker_id)?;
+        for action in &req.actions {
+            identifier(text::ACTION_NAME, &action.name)?;
+        }
         let specs = req.actions.into_iter().map(spec).collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
         self.engine.catalog().register(specs).map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -157,6 +178,10 @@ impl WorkerService for WorkerGrpc {
 
     async fn poll(&self, request: Request<PollRequest>) -> Result<Response<PollResponse>, Status> {
         let req = request.into_inner();
+        identifier(text::WORKER_ID, &req.worker_id)?;
+        for action in &req.actions {
+            identifier(text::ACTION_NAME, action)?;
+        }
         // At most half a lease TTL: a worker frozen or cut off while its poll is pending has its leases reaped
         // no sooner than 3/4 TTL after that (it heartbeats every TTL/4), so by then the poll has ended and cannot
         // hand the reclaimed step straight back to the lost worker (case C12 b).

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiConfig};
+use crate::clock::{ReferenceClock, SteadyClock, SystemClock};
 use crate::config::EngineConfig;
 use crate::engine::Engine;
 use crate::grpc::WorkerGrpc;
@@ -62,9 +63,42 @@ impl Server {
     /// # Errors
     /// Database unreachable or migrations failing; a listen address in use.
     pub async fn start(config: ServerConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Server> {
-        let store = Store::connect_with(&config.db_url, config.db_answer_deadline)
+        let store = Self::connect(&config).await?;
+        Self::start_on(store, config, clock, Vec::new()).await
+    }
+
+    /// As [`Server::start`], on the orchestrator's own clock: a [`SteadyClock`] whose reference is the database's
+    /// clock on PostgreSQL (sampled every [`CLOCK_SAMPLE_EVERY`] by a background task) and the host's on SQLite,
+    /// so a step of this host's clock never expires a lease or ends an attempt before it began.
+    ///
+    /// # Errors
+    /// As [`Server::start`].
+    pub async fn start_steady(config: ServerConfig) -> anyhow::Result<Server> {
+        let store = Self::connect(&config).await?;
+        let reference: Arc<dyn Clock> = match store.database_now_ms().await.context("reading the database's clock")? {
+            Some(_) => {
+                let reference = Arc::new(ReferenceClock::default());
+                sample_database_clock(&store, &reference).await;
+                let sampler = tokio::spawn(keep_sampling(store.clone(), reference.clone()));
+                return Self::start_on(store, config, Arc::new(SteadyClock::new(reference)), vec![sampler]).await;
+            }
+            None => Arc::new(SystemClock),
+        };
+        Self::start_on(store, config, Arc::new(SteadyClock::new(reference)), Vec::new()).await
+    }
+
+    async fn connect(config: &ServerConfig) -> anyhow::Result<Store> {
+        Store::connect_with(&config.db_url, config.db_answer_deadline)
             .await
-            .with_context(|| format!("opening {}", redact(&config.db_url)))?;
+            .with_context(|| format!("opening {}", redact(&config.db_url)))
+    }
+
+    async fn start_on(
+        store: Store,
+        config: ServerConfig,
+        clock: Arc<dyn Clock>,
+        mut tasks: Vec<JoinHandle<()>>,
+    ) -> anyhow::Result<Server> {
         let engine = Engine::start(store, clock, Arc::new(StaticCatalog::builtin()), config.engine.clone())
             .await
             .context("starting the engine")?;
@@ -109,7 +143,7 @@ impl Server {
         let reaper = crate::reaper::spawn(engine.clone(), stop.clone());
         let waiting = crate::scheduler::spawn(engine.clone(), stop.clone());
         tracing::info!(%http_addr, %grpc_addr, backend = engine.store().backend(), "orchestrator started");
-        let tasks = vec![http_task, grpc_task, reaper, waiting];
+        tasks.extend([http_task, grpc_task, reaper, waiting]);
         Ok(Server { engine, http_addr, grpc_addr, tasks, stop, shutdown_grace: config.shutdown_grace })
     }
 
@@ -144,6 +178,30 @@ impl Server {
         for task in self.tasks {
             task.abort();
         }
+    }
+}
+
+/// How often an orchestrator on PostgreSQL samples the database's clock.
+pub const CLOCK_SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Samples the database's clock into `reference` (a failed sample keeps the last one; the clock then runs on).
+async fn sample_database_clock(store: &Store, reference: &ReferenceClock) {
+    let asked = std::time::Instant::now();
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(2), store.database_now_ms()).await;
+    match answer {
+        Ok(Ok(Some(ms))) => reference.sample(ms, asked.elapsed()),
+        Ok(Ok(None)) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not sample the database's clock"),
+        Err(_) => tracing::debug!("the database's clock did not answer"),
+    }
+}
+
+async fn keep_sampling(store: Store, reference: Arc<ReferenceClock>) {
+    let mut tick = tokio::time::interval(CLOCK_SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        sample_database_clock(&store, &reference).await;
     }
 }
 

@@ -54,7 +54,7 @@ mod writer;
 
 use sqlx::{PgPool, SqlitePool};
 
-pub use error::{StoreError, StoreResult};
+pub use error::{ErrorClass, StoreError, StoreResult};
 pub use flow::batch::Handoff;
 pub use flow::control::OperatorAction;
 pub use flow::finish::{Report, ReportLimits};
@@ -322,12 +322,13 @@ impl Store {
         .await?)
     }
 
-    /// Fails up to `limit` attempts whose lease expired at or before `now_ms`. Returns how many.
+    /// Fails up to `request.limit` attempts whose lease expired at or before `request.expired_by_ms` (at most
+    /// `now_ms`). Returns how many.
     ///
     /// # Errors
     /// [`StoreError::Database`] (retryable).
-    pub async fn reap(&self, now_ms: i64, limit: i64, sample: f64) -> StoreResult<usize> {
-        in_tx!(self, |tx, events| flow::control::reap(&mut tx, now_ms, limit, sample, &mut events).await?)
+    pub async fn reap(&self, request: ReapRequest) -> StoreResult<usize> {
+        in_tx!(self, |tx, events| flow::control::reap(&mut tx, &request, &mut events).await?)
     }
 
     /// Cancels a run and all its open steps; false when it does not exist or already finished.

@@ -3,6 +3,27 @@
 use serde::Serialize;
 use serde_json::Value;
 
+/// A reaper pass ([`crate::Store::reap`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReapRequest {
+    /// The time of the pass (epoch ms): an attempt past its deadline at this time fails with `timeout`.
+    pub now_ms: i64,
+    /// Only leases that expired at or before this time are failed (at most `now_ms`): the orchestrator spares
+    /// leases that expired while the store was silent, for one lease TTL after it answers again.
+    pub expired_by_ms: i64,
+    /// Most attempts failed in one pass.
+    pub limit: i64,
+    /// Jitter sample in `[0, 1)` for the retry delays the pass schedules.
+    pub sample: f64,
+}
+
+impl ReapRequest {
+    /// A pass at `now_ms` that fails every lease expired by then, up to `limit`, with jitter sample 0.
+    pub fn at(now_ms: i64, limit: i64) -> Self {
+        Self { now_ms, expired_by_ms: now_ms, limit, sample: 0.0 }
+    }
+}
+
 /// Identifies one attempt of one step: the fencing token. A report carrying an older attempt number, or from a
 /// worker that no longer holds the lease, changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]

@@ -266,10 +266,8 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
 const BEGIN: &str = "BEGIN; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off; \
      SET LOCAL enable_mergejoin = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_nestloop = on";
 
-/// Running steps with an expired lease, locked so two reapers split the work. Index: `steps_lease_idx`.
-const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, \
-     deadline_at, heartbeat_timeout_ms FROM steps WHERE status = 'running' AND lease_expires_at <= $1 \
-     ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED";
+/// Running steps with an expired lease ([`crate::sql::expired_select`]), locked so two reapers split the work.
+const EXPIRED: &str = crate::sql::expired_select!("LIMIT $2 FOR UPDATE SKIP LOCKED");
 
 impl DialectTx for Transaction<'_, Postgres> {
     async fn claim(

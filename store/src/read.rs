@@ -1,7 +1,7 @@
 //! Read queries for the API and the CLI, and the start-up integrity check. Same SQL on both backends.
 
 use serde_json::{Value, json};
-use sqlx::Connection;
+use sqlx::{Connection, Postgres};
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::{AttemptRecord, RunDetail, RunEvent, RunSummary, StepSummary};
@@ -173,6 +173,21 @@ impl Store {
         // small (a sequential scan) stayed when a large run arrived: 16 ms per call, once per parked poll.
         Ok(on_pool!(self, Db, pool => sqlx::query_scalar::<Db, Option<i64>>(sql::NEXT_DUE)
             .persistent(false).fetch_one(pool).await?))
+    }
+
+    /// The database server's clock, in ms since the epoch, where it has its own (PostgreSQL: the reference of
+    /// every orchestrator's clock, `cairn_orchestrator::clock`); `None` for SQLite, whose clock is its host's.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn database_now_ms(&self) -> StoreResult<Option<i64>> {
+        match self {
+            Store::Sqlite(_) => Ok(None),
+            Store::Postgres(pool) => {
+                let query = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::int8";
+                Ok(Some(sqlx::query_scalar::<Postgres, i64>(query).fetch_one(pool).await?))
+            }
+        }
     }
 
     /// Registers or refreshes a worker and the actions it serves.

@@ -13,6 +13,25 @@
 //! walked that index through every running step and filtered on the key — one completion reading 5,000 index
 //! entries once 5,000 steps were running — until the next `ANALYZE` (`postgres/plans.rs` checks the plans).
 
+/// Running steps whose lease expired by `$1` (at most `$2` of them, earliest first), for the reaper; `$tail` ends
+/// the statement per dialect (row locks on PostgreSQL). A lease that expired because it reached the attempt's
+/// deadline counts only once the attempt has outlived `timeout_ms` by a tenth more: the worker enforces
+/// `timeout_ms` itself and reports `timeout`, and the orchestrator's clock may run up to 10 % fast while it
+/// catches up with a step of its reference (`cairn_orchestrator::clock`), so the backstop must not fire early.
+/// Index: `steps_lease_idx`.
+macro_rules! expired_select {
+    ($tail:literal) => {
+        concat!(
+            "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, deadline_at, ",
+            "heartbeat_timeout_ms FROM steps WHERE status = 'running' AND lease_expires_at <= $1 ",
+            "AND (deadline_at IS NULL OR lease_expires_at < deadline_at OR deadline_at + timeout_ms / 10 <= $1) ",
+            "ORDER BY lease_expires_at ",
+            $tail
+        )
+    };
+}
+pub(crate) use expired_select;
+
 /// Run by idempotency key. Index: `runs.idempotency_key` UNIQUE.
 pub(crate) const RUN_BY_KEY: &str = "SELECT id, plan_id, input FROM runs WHERE idempotency_key = $1";
 

@@ -50,10 +50,8 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
      WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND status = 'running' AND lease_owner = $7 \
      RETURNING lease_expires_at";
 
-/// Running steps with an expired lease. Index: `steps_lease_idx`.
-const EXPIRED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, \
-     deadline_at, heartbeat_timeout_ms FROM steps WHERE status = 'running' AND lease_expires_at <= $1 \
-     ORDER BY lease_expires_at LIMIT $2 + 0";
+/// Running steps with an expired lease ([`crate::sql::expired_select`]).
+const EXPIRED: &str = crate::sql::expired_select!("LIMIT $2 + 0");
 
 /// Inserts a new run's steps: multi-row inserts of up to 1,000 rows.
 async fn steps_insert(

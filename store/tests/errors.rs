@@ -53,3 +53,36 @@ async fn postgres_lock_timeout_is_contended_and_a_refused_statement_is_not(pool:
     assert!(!refused.is_contended(), "a refused statement is not contention: {refused}");
     assert!(!refused.is_unreachable(), "nor an outage: {refused}");
 }
+
+/// Issue "Hardening" F6: every database error used to be retryable, so a value PostgreSQL refuses was answered
+/// 503 "retry" forever. Each class is decided once here; real errors from PostgreSQL.
+#[sqlx::test(migrations = false)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
+async fn postgres_errors_are_classified_once_refused_data_is_not_retryable(pool: sqlx::PgPool) {
+    use cairn_store::ErrorClass;
+    sqlx::query("CREATE TABLE k (key TEXT PRIMARY KEY)").execute(&pool).await.expect("table");
+    let classify = |e: sqlx::Error| {
+        let e = StoreError::Database(e);
+        (e.class(), e.is_retryable())
+    };
+
+    let nul = sqlx::query("INSERT INTO k VALUES ($1)").bind("a\0b").execute(&pool).await.expect_err("NUL in text");
+    // Random hex (which compresses to about half) well past the b-tree limit of about 2,700 bytes.
+    let long_key: String = (0..300).map(|_| uuid::Uuid::new_v4().simple().to_string()).collect();
+    let too_long = sqlx::query("INSERT INTO k VALUES ($1)")
+        .bind(&long_key)
+        .execute(&pool)
+        .await
+        .expect_err("an index row over the b-tree maximum");
+    sqlx::query("INSERT INTO k VALUES ('x')").execute(&pool).await.expect("a key");
+    let duplicate = sqlx::query("INSERT INTO k VALUES ('x')").execute(&pool).await.expect_err("unique");
+    let broken = sqlx::query("SELECT * FROM no_such_table").execute(&pool).await.expect_err("undefined table");
+    pool.close().await;
+    let closed = sqlx::query("SELECT 1").execute(&pool).await.expect_err("the pool is closed");
+
+    assert_eq!(classify(nul), (ErrorClass::Refused, false), "NUL in text is refused data");
+    assert_eq!(classify(too_long), (ErrorClass::Refused, false), "an oversized key is refused data");
+    assert_eq!(classify(duplicate), (ErrorClass::Refused, false), "a constraint violation is refused data");
+    assert_eq!(classify(broken), (ErrorClass::Internal, false), "a broken statement is internal");
+    assert_eq!(classify(closed), (ErrorClass::Unreachable, true), "a closed pool is an outage: retry");
+}

@@ -13,12 +13,14 @@
 //!   worker processes ([`http::CairnProcess`]) and bounded condition waits ([`http::within`]).
 //! - [`process`]: crash tests' real processes: `cairn serve` ([`process::Orchestrator`]) that can be killed and
 //!   restarted over its database, `cairn worker` processes to kill, freeze and thaw, and a recording endpoint.
+//! - [`silent_proxy`]: a TCP proxy that stops forwarding for a while, to make the database silent.
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod http;
 pub mod process;
 pub mod raw;
+pub mod silent_proxy;
 mod worker;
 
 use std::path::PathBuf;

@@ -197,11 +197,17 @@ impl Orchestrator {
     /// Starts `cairn serve` in `dir` on a fresh database on `backend`, with lease TTL `lease_ttl_ms`, and waits
     /// until it answers.
     pub async fn start(backend: Backend, dir: &Path, lease_ttl_ms: u64) -> Orchestrator {
-        cairn_workers::actions::install_crypto_provider();
         let db_url = match backend {
             Backend::Sqlite => format!("sqlite:{}", dir.join("cairn.db").display()),
             Backend::Postgres => database_url(backend).await,
         };
+        Self::start_on(db_url, dir, lease_ttl_ms).await
+    }
+
+    /// As [`Orchestrator::start`], on the database at `db_url` (for example a PostgreSQL database reached
+    /// through a [`crate::silent_proxy::SilentProxy`]).
+    pub async fn start_on(db_url: String, dir: &Path, lease_ttl_ms: u64) -> Orchestrator {
+        cairn_workers::actions::install_crypto_provider();
         // Both bound at once, so they differ; released before `cairn serve` binds them.
         let (first, second) = (local_listener(), local_listener());
         let http = first.local_addr().expect("a local address");

@@ -219,3 +219,33 @@ async fn expressions_too_long_or_too_deep_are_invalid_plans_and_the_server_keeps
         }
     }
 }
+
+/// Issue "Hardening" F6 (`pg_data_errors_503.sh`): on PostgreSQL, values the database refuses (a NUL in an id,
+/// a key or an event name; a 2,700-character idempotency key) were answered 503 "unavailable; retry" forever,
+/// while SQLite accepted them. They are refused at the edge with a 4xx naming the field, identically on both.
+#[tokio::test]
+async fn values_a_database_would_refuse_get_the_same_4xx_on_both_backends() {
+    for backend in backends() {
+        let app = HttpApp::start(backend, clock(), None).await;
+        let long_key: String = (0..2700).map(|i| char::from(b'a' + u8::try_from(i % 26).unwrap())).collect();
+        for (what, key) in [("a 2,700-byte idempotency key", long_key.as_str()), ("a NUL in the key", "a\u{0}b")] {
+            let answer = app.post("/v1/runs", &json!({"plan": valid_plan(), "idempotency_key": key})).await;
+            assert_error(&format!("{backend:?}: {what}"), &answer, 422, "invalid_request");
+            assert!(
+                answer.1["message"].as_str().unwrap().contains("idempotency_key"),
+                "the field is named: {}",
+                answer.1
+            );
+        }
+        assert_error("a NUL in a run id", &app.get("/v1/runs/a%00b").await, 400, "invalid_request");
+        assert_error("a NUL in a status filter", &app.get("/v1/runs?status=a%00b").await, 400, "invalid_request");
+        let answer = app.post("/v1/events", &json!({"name": "a\u{0}b"})).await;
+        assert_error(&format!("{backend:?}: a NUL in an event name"), &answer, 422, "invalid_request");
+        let answer = app.post("/v1/events", &json!({"name": "paid", "key": "k\u{0}"})).await;
+        assert_error(&format!("{backend:?}: a NUL in an event key"), &answer, 422, "invalid_request");
+        assert_still_serving_and_nothing_stored(&app, "values a database refuses").await;
+        let key = "k".repeat(255);
+        let answer = app.post("/v1/runs", &json!({"plan": valid_plan(), "idempotency_key": key})).await;
+        assert_eq!(answer.0, 201, "{backend:?}: a key at the limit is accepted: {:#}", answer.1);
+    }
+}

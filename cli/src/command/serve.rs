@@ -2,11 +2,9 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::bail;
 use cairn_orchestrator::api::ApiConfig;
-use cairn_orchestrator::clock::SystemClock;
 use cairn_orchestrator::server::{Server, ServerConfig};
 
 use crate::embedded;
@@ -64,7 +62,7 @@ pub async fn serve(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCo
     if settings.api_token.is_none() || settings.worker_token.is_none() {
         bail!("`cairn serve` needs CAIRN_API_TOKEN and CAIRN_WORKER_TOKEN (auth is off only in `cairn dev`)");
     }
-    let server = Server::start(server_config(&settings, true), Arc::new(SystemClock)).await?;
+    let server = Server::start_steady(server_config(&settings, true)).await?;
     out!("Cairn orchestrator: API http://{}  worker gRPC http://{}", server.http_addr, server.grpc_addr);
     stop.wait().await;
     tracing::info!("stopping: no new work; requests in flight may finish");

@@ -5,7 +5,7 @@
 use axum::Json;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use cairn_store::StoreError;
+use cairn_store::{ErrorClass, StoreError};
 use serde_json::{Value, json};
 
 use crate::planner::PlannerError;
@@ -49,13 +49,36 @@ impl IntoResponse for ApiError {
 }
 
 impl From<StoreError> for ApiError {
+    /// 503 `unavailable` when the database was unreachable or contended (retry); 422 `refused` when it refused a
+    /// value of the request (the edge checks of `cairn_core::text` catch the known ones first, so this is a value
+    /// they do not cover); 500 otherwise.
     fn from(e: StoreError) -> Self {
-        tracing::error!(error = %e, retryable = e.is_retryable(), "store error");
-        if e.is_retryable() {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable; retry")
-        } else {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+        let class = e.class();
+        match class {
+            ErrorClass::Unreachable | ErrorClass::Contended => {
+                tracing::warn!(error = %e, ?class, "store error");
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable; retry")
+            }
+            ErrorClass::Refused => {
+                tracing::warn!(error = %e, "the database refused a value of the request");
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "refused",
+                    "the database refused a value of this request; sending it again will not help",
+                )
+            }
+            ErrorClass::Internal => {
+                tracing::error!(error = %e, "store error");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+            }
         }
+    }
+}
+
+impl From<cairn_core::text::TextError> for ApiError {
+    /// 422 `invalid_request` naming the field and the rule broken.
+    fn from(e: cairn_core::text::TextError) -> Self {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", e.to_string())
     }
 }
 

@@ -19,8 +19,9 @@ pub(super) async fn deliver(
     State(state): State<AppState>,
     StrictJson(event): StrictJson<EventIn>,
 ) -> Result<Response, ApiError> {
-    if event.name.is_empty() {
-        return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", "`name` must not be empty"));
+    cairn_core::text::EVENT_NAME.check(&event.name)?;
+    if let Some(key) = &event.key {
+        cairn_core::text::EVENT_KEY.check(key)?;
     }
     let delivered = state.engine.deliver_event(&event).await?;
     Ok((StatusCode::ACCEPTED, Json(delivered)).into_response())

@@ -88,10 +88,22 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
         .route("/openapi.json", get(openapi::document))
         .merge(v1)
         .fallback(|| async { ApiError::not_found("route") })
+        .layer(middleware::from_fn(refuse_nul_in_path))
         .layer(middleware::map_response(error::json_errors))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(middleware::from_fn(trace::request_span))
         .with_state(state)
+}
+
+/// A path holding U+0000 (`%00`) names nothing Cairn can store: 400 before any handler (and any database) sees
+/// it, identically on both backends (PostgreSQL refuses NUL in text).
+async fn refuse_nul_in_path(request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if path.as_bytes().windows(3).any(|w| w[0] == b'%' && w[1] == b'0' && w[2] == b'0') {
+        return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", "the path contains U+0000 (NUL)")
+            .into_response();
+    }
+    next.run(request).await
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

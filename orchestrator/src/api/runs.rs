@@ -43,6 +43,9 @@ pub(super) async fn submit(
     State(state): State<AppState>,
     StrictJson(body): StrictJson<SubmitBody>,
 ) -> Result<Response, ApiError> {
+    if let Some(key) = &body.idempotency_key {
+        cairn_core::text::IDEMPOTENCY_KEY.check(key)?;
+    }
     let req = SubmitRequest { plan: body.plan, input: body.input, idempotency_key: body.idempotency_key };
     let submitted = state.engine.submit(&req).await?;
     // A new run's answer is the state it was committed in when that is known (no read-back transaction);
@@ -67,6 +70,18 @@ pub(super) struct ListQuery {
 pub(super) async fn list(State(state): State<AppState>, Query(q): Query<ListQuery>) -> Result<Response, ApiError> {
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
     let offset = q.offset.unwrap_or(0).max(0);
+    if let Some(status) = q.status.as_deref()
+        && status.parse::<cairn_core::state::RunStatus>().is_err()
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!(
+                "unknown run status `{}`: use pending, running, succeeded, failed or cancelled",
+                status.escape_debug()
+            ),
+        ));
+    }
     let runs = state.engine.store().runs(q.status.as_deref(), limit, offset).await?;
     Ok(Json(json!({"runs": runs, "limit": limit, "offset": offset})).into_response())
 }
@@ -156,6 +171,7 @@ pub(super) async fn step_action(
         super::body::typed(value)?
     };
     let by = decision.by.unwrap_or_else(|| "api".into());
+    cairn_core::text::OPERATOR_NOTE.check(&by)?;
     if matches!(action, OperatorAction::Approve | OperatorAction::Reject) {
         // Approvals check the approval deadline (issue 9): a decision after it is refused.
         let approve = action == OperatorAction::Approve;

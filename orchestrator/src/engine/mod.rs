@@ -11,6 +11,7 @@
 
 mod commit;
 mod peers;
+mod reap_grace;
 mod waiters;
 
 use std::sync::Arc;
@@ -20,8 +21,8 @@ use cairn_core::catalog::ActionCatalog;
 use cairn_core::clock::Clock;
 use cairn_core::failure::Failure;
 use cairn_store::{
-    ClaimRequest, Claimed, HeartbeatOutcome, Lease, OperatorAction, Report, ReportItem, ReportKind, ReportLimits,
-    Store, StoreResult,
+    ClaimRequest, Claimed, HeartbeatOutcome, Lease, OperatorAction, ReapRequest, Report, ReportItem, ReportKind,
+    ReportLimits, Store, StoreResult,
 };
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -49,7 +50,6 @@ struct Inner {
     peers: Arc<peers::Peers>,
     /// Dropped with the engine: stops the peer channel's tasks.
     peers_stop: tokio::sync::watch::Sender<()>,
-    started_at_ms: i64,
     /// In-process observations for `/metrics`.
     metrics: Metrics,
     /// Attempt spans between claim and report.
@@ -64,6 +64,8 @@ struct Inner {
     event_wait_start: tokio::sync::Mutex<()>,
     /// Cancelled when the process begins to shut down: long polls answer at once, live event streams end.
     stopping: CancellationToken,
+    /// Which expired leases the reaper may fail (start-up grace, silences of the store).
+    reap_grace: tokio::sync::Mutex<reap_grace::ReapGrace>,
 }
 
 /// One completion and the claim sent with it ([`Engine::complete_and_claim_all`]).
@@ -110,6 +112,16 @@ impl Engine {
         for run_id in &broken {
             tracing::error!(run_id = %run_id, "run failed the integrity check: its step rows are incomplete");
         }
+        // A silence: the store unheard from for a quarter of a lease TTL (a worker's heartbeat interval), or two
+        // reaper intervals if longer; shorter silences cannot expire a heartbeating lease.
+        let silence = (config.lease_ttl / 4).max(config.reap_interval * 2);
+        let reap_grace = reap_grace::ReapGrace::new(
+            started_at_ms,
+            tokio::time::Instant::now(),
+            config.startup_grace,
+            config.lease_ttl,
+            silence,
+        );
         let (queue, writer) = commit::queue();
         let (peers_stop, _) = tokio::sync::watch::channel(());
         let peers = Arc::new(peers::Peers::new(config.peer_hello_every));
@@ -121,13 +133,13 @@ impl Engine {
             wake: Notify::new(),
             peers,
             peers_stop,
-            started_at_ms,
             metrics: Metrics::new(),
             spans: AttemptSpans::default(),
             waiters: waiters::Waiters::default(),
             commits: queue,
             event_wait_start: tokio::sync::Mutex::new(()),
             stopping: CancellationToken::new(),
+            reap_grace: tokio::sync::Mutex::new(reap_grace),
         });
         commit::spawn_writer(Arc::downgrade(&inner), writer);
         peers::spawn(&inner);
@@ -459,15 +471,17 @@ impl Engine {
     /// # Errors
     /// Store errors.
     pub async fn reap(&self) -> StoreResult<usize> {
-        let now = self.now_ms();
-        let grace_ms = i64::try_from(self.inner.config.startup_grace.as_millis()).unwrap_or(i64::MAX);
-        // Reaping up to `started_at` here (as an earlier version did) failed exactly the leases the grace exists
-        // to protect: those that expired during the outage.
-        if now < self.inner.started_at_ms.saturating_add(grace_ms) {
-            return Ok(0);
-        }
-        let reaped = self.inner.store.reap(now, self.inner.config.reap_batch, rand::random::<f64>()).await?;
-        self.inner.spans.expired(now);
+        let (began_ms, began) = (self.now_ms(), tokio::time::Instant::now());
+        let expired_by_ms = self.inner.reap_grace.lock().await.cutoff(began_ms, began);
+        let request = ReapRequest {
+            now_ms: began_ms,
+            expired_by_ms,
+            limit: self.inner.config.reap_batch,
+            sample: rand::random::<f64>(),
+        };
+        let reaped = self.inner.store.reap(request).await?;
+        self.inner.reap_grace.lock().await.heard(began_ms, began, self.now_ms(), tokio::time::Instant::now());
+        self.inner.spans.expired(began_ms);
         if reaped > 0 {
             tracing::warn!(reaped, "expired leases reaped");
             self.wake();

@@ -10,6 +10,7 @@
 //! [`HandedReplies`]: crate::replies::HandedReplies
 //! [`Engine::complete_and_claim_all`]: crate::engine::Engine::complete_and_claim_all
 
+use cairn_core::failure::{Failure, codes};
 use cairn_proto::MAX_COMPLETE_BATCH_ITEMS;
 use cairn_proto::v1::{self as pb, CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, ReportResponse};
 use cairn_store::{Claimed, HeartbeatOutcome, Lease, Report, StoreError, StoreResult};
@@ -26,11 +27,20 @@ enum Prepared {
     /// For the writer: the completion and, unless `limit` is 0 (its worker is stopping), the claim for the slot
     /// it frees.
     Write { lease: Lease, output: Value, actions: Vec<String>, limit: u32 },
+    /// An output that is not JSON (a NaN, a lone surrogate, truncated text): recorded, after the batch's
+    /// completions, as the attempt's failure `invalid_output`, so the step fails (or retries) at once instead of
+    /// waiting for its lease to expire — which would park a non-idempotent step as `outcome_unknown`.
+    InvalidOutput { lease: Lease, failure: Box<Failure> },
 }
 
 /// A written completion's answer, before the attempts of a failed one are given back.
 enum Settled {
     Answered(Result<ReportResponse, Status>),
+    /// Recorded as a failure of the attempt (see [`Prepared::InvalidOutput`]).
+    Fail {
+        lease: Lease,
+        failure: Box<Failure>,
+    },
     /// The completion was not recorded: `claimed` goes back, and the worker gets `status` (and resends).
     GiveBack {
         claimed: Vec<Claimed>,
@@ -77,7 +87,7 @@ impl WorkerGrpc {
                 Prepared::Write { lease, output, actions, limit } => {
                     Some(CompletionAndClaim { lease, output, actions, limit: *limit })
                 }
-                Prepared::Answered(_) => None,
+                Prepared::Answered(_) | Prepared::InvalidOutput { .. } => None,
             })
             .collect();
         let mut outcomes = self.engine.complete_and_claim_all(&writes).await.into_iter();
@@ -86,6 +96,7 @@ impl WorkerGrpc {
             .into_iter()
             .map(|p| match p {
                 Prepared::Answered(answer) => Settled::Answered(answer),
+                Prepared::InvalidOutput { lease, failure } => Settled::Fail { lease, failure },
                 Prepared::Write { lease, .. } => match outcomes.next() {
                     Some((report, claimed)) => self.settle(&lease, report, claimed),
                     None => Settled::Answered(Err(unavailable(&StoreError::Stopped))),
@@ -101,10 +112,13 @@ impl WorkerGrpc {
 
     /// Checks `req` and answers a resend; what is left for the writer otherwise.
     async fn prepare(&self, req: CompleteRequest) -> Prepared {
-        let checked = lease(&req.worker_id, req.lease).and_then(|l| Ok((l, json("output_json", &req.output_json)?)));
-        let (lease, output) = match checked {
-            Ok(checked) => checked,
+        let lease = match lease(&req.worker_id, req.lease) {
+            Ok(lease) => lease,
             Err(status) => return Prepared::Answered(Err(status)),
+        };
+        let output = match output(&req.output_json) {
+            Ok(output) => output,
+            Err(failure) => return Prepared::InvalidOutput { lease, failure },
         };
         if req.next_max_attempts == 0 {
             return Prepared::Write { lease, output, actions: Vec::new(), limit: 0 };
@@ -160,6 +174,11 @@ impl WorkerGrpc {
     async fn finish(&self, settled: Settled) -> Result<ReportResponse, Status> {
         match settled {
             Settled::Answered(answer) => answer,
+            Settled::Fail { lease, failure } => {
+                tracing::warn!(run_id = %lease.run_id, step_id = %lease.step_id, attempt = lease.attempt,
+                    message = %failure.message, "a completion's output is not JSON; recorded as invalid_output");
+                self.engine.fail(&lease, &failure).await.map(outcome).map_err(|e| unavailable(&e))
+            }
             Settled::GiveBack { claimed, status } => {
                 // The worker resends the report; the attempts claimed for it would otherwise wait unseen for
                 // their leases to expire.
@@ -168,6 +187,22 @@ impl WorkerGrpc {
             }
         }
     }
+}
+
+/// The output of a completion as JSON, or the failure `invalid_output` naming where the text stops being JSON
+/// (an empty output is `null`). Not retryable: the action would likely produce the same text again.
+fn output(text: &str) -> Result<Value, Box<Failure>> {
+    json("output_json", text).map_err(|status| {
+        Box::new(Failure {
+            code: codes::INVALID_OUTPUT.to_owned(),
+            message: status.message().to_owned(),
+            details: serde_json::json!({"output_bytes": text.len()}),
+            retryable: false,
+            retry_after_ms: None,
+            did_not_take_effect: false,
+            degraded: false,
+        })
+    })
 }
 
 /// One item's answer in a `CompleteBatchResponse`: its response, or the status its own call would have failed

@@ -7,7 +7,7 @@ use super::event;
 use super::finish::{Report, fail};
 use super::settle::after_final;
 use crate::error::StoreResult;
-use crate::model::Lease;
+use crate::model::{Lease, ReapRequest};
 use crate::rows::EventInsert;
 use crate::tx::{DialectTx, StepTx};
 
@@ -81,13 +81,12 @@ pub(crate) async fn operate<T: StepTx>(
 /// fenced by attempt number, so two reapers on two orchestrators reap an attempt once. Returns how many.
 pub(crate) async fn reap<T: DialectTx>(
     tx: &mut T,
-    now: i64,
-    limit: i64,
-    sample: f64,
+    request: &ReapRequest,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<usize> {
+    let ReapRequest { now_ms: now, expired_by_ms, limit, sample } = *request;
     let mut reaped = 0;
-    for row in tx.expired(now, limit).await? {
+    for row in tx.expired(expired_by_ms.min(now), limit).await? {
         let (code, message) = if row.deadline_at.is_some_and(|d| now >= d) {
             (codes::TIMEOUT, "the attempt ran past timeout_ms".to_owned())
         } else if let Some(ms) = row.heartbeat_timeout_ms {

@@ -1,6 +1,6 @@
 //! Cancelling a run (contract §5 states, §6 leases).
 
-use cairn_store::{HeartbeatOutcome, Report, Store};
+use cairn_store::{HeartbeatOutcome, ReapRequest, Report, Store};
 use serde_json::json;
 
 use super::support::{T0, action_error, claim, complete, has_event, new_run, noop, run, status, steps};
@@ -46,7 +46,7 @@ async fn cancel_run_cancels_pending_backoff_timer_and_running_steps(store: Store
     let beat = store.heartbeat(&running, None, 30_000, T0 + 12).await.expect("heartbeat");
     assert_eq!(beat, HeartbeatOutcome::Gone, "a heartbeat after cancel tells the worker to stop");
     assert!(claim(&store, T0 + 86_400_000).await.is_empty(), "nothing of a cancelled run is claimable, ever");
-    assert_eq!(store.reap(T0 + 86_400_000, 100, 0.0).await.expect("reap"), 0, "no lease survives cancel");
+    assert_eq!(store.reap(ReapRequest::at(T0 + 86_400_000, 100)).await.expect("reap"), 0, "no lease survives cancel");
     let attempts = store.attempts("r1").await.expect("attempts");
     let open = attempts.iter().find(|a| a.step_id == "running").expect("attempt");
     assert_eq!(open.status, "failed", "the running attempt is closed");

@@ -1,6 +1,6 @@
 //! Leases: the reaper, heartbeats and checkpoints, `outcome_unknown` and operator decisions (contract §6).
 
-use cairn_store::{ClaimRequest, HeartbeatOutcome, OperatorAction, Report, Store};
+use cairn_store::{ClaimRequest, HeartbeatOutcome, OperatorAction, ReapRequest, Report, Store};
 use serde_json::{Value, json};
 
 use super::support::{T0, claim, claim_one, complete, noop, run, status, step, steps, submit};
@@ -22,9 +22,9 @@ async fn claimed_with_short_lease(store: &Store) {
 async fn expired_lease_is_reaped_once_and_counts_an_attempt(store: Store) {
     claimed_with_short_lease(&store).await;
 
-    let early = store.reap(T0 + 4_999, 100, 0.0).await.expect("reap");
-    let reaped = store.reap(T0 + 5_000, 100, 0.0).await.expect("reap");
-    let again = store.reap(T0 + 5_000, 100, 0.0).await.expect("reap");
+    let early = store.reap(ReapRequest::at(T0 + 4_999, 100)).await.expect("reap");
+    let reaped = store.reap(ReapRequest::at(T0 + 5_000, 100)).await.expect("reap");
+    let again = store.reap(ReapRequest::at(T0 + 5_000, 100)).await.expect("reap");
 
     assert_eq!(early, 0, "a lease is not reaped before it expires");
     assert_eq!(reaped, 1, "an expired lease is reaped");
@@ -43,7 +43,8 @@ async fn concurrent_reapers_reap_an_expired_lease_once(store: Store) {
     claimed_with_short_lease(&store).await;
     let other = store.clone();
 
-    let (one, two) = tokio::join!(store.reap(T0 + 5_000, 100, 0.0), other.reap(T0 + 5_000, 100, 0.0));
+    let (one, two) =
+        tokio::join!(store.reap(ReapRequest::at(T0 + 5_000, 100)), other.reap(ReapRequest::at(T0 + 5_000, 100)));
 
     let total = one.expect("reap") + two.expect("reap");
     assert_eq!(total, 1, "two concurrent reapers reap an expired lease once between them");
@@ -62,7 +63,9 @@ pub(super) async fn parked_as_outcome_unknown(store: &Store) {
     submit(store, "r1", &doc).await;
     let c = claim_one(store, T0).await;
     assert_eq!(c.deadline_ms, T0 + 20_000, "test set-up: default timeout");
-    assert_eq!(store.reap(T0 + 20_000, 100, 0.0).await.expect("reap"), 1);
+    // A lease that reached the deadline is reaped a tenth of the timeout later (the worker enforces the timeout).
+    assert_eq!(store.reap(ReapRequest::at(T0 + 21_999, 100)).await.expect("reap"), 0, "within the backstop's tenth");
+    assert_eq!(store.reap(ReapRequest::at(T0 + 22_000, 100)).await.expect("reap"), 1);
 }
 
 async fn non_idempotent_step_with_expired_lease_becomes_outcome_unknown(store: Store) {
@@ -77,7 +80,7 @@ async fn non_idempotent_step_with_expired_lease_becomes_outcome_unknown(store: S
     assert_eq!(error["code"], "timeout", "the record says which timeout fired");
     assert_eq!(error["suggestion"], "ask_user", "an operator must decide");
     assert!(claim(&store, T0 + 86_400_000).await.is_empty(), "an outcome_unknown step is not claimable");
-    assert_eq!(store.reap(T0 + 86_400_000, 100, 0.0).await.expect("reap"), 0);
+    assert_eq!(store.reap(ReapRequest::at(T0 + 86_400_000, 100)).await.expect("reap"), 0);
     assert_eq!(status(&store, "r1", "after").await, "pending", "dependents wait for a decision");
     assert_eq!(run(&store, "r1").await.status, "running", "the run is not finished");
 }
@@ -122,7 +125,7 @@ async fn heartbeat_extends_the_lease_within_the_deadline_and_saves_a_checkpoint(
     let checkpoint = json!({"page": 3, "cursor": "页码"});
 
     let first = store.heartbeat(&lease, Some(&checkpoint), 10_000, T0 + 5_000).await.expect("heartbeat");
-    let reaped = store.reap(T0 + 14_999, 100, 0.0).await.expect("reap");
+    let reaped = store.reap(ReapRequest::at(T0 + 14_999, 100)).await.expect("reap");
     let last = store.heartbeat(&lease, None, 10_000, T0 + 55_000).await.expect("heartbeat");
 
     assert_eq!(
@@ -144,11 +147,12 @@ async fn heartbeat_extends_the_lease_within_the_deadline_and_saves_a_checkpoint(
         Some(checkpoint.clone()),
         "the checkpoint is saved, and a heartbeat without one keeps it"
     );
-    assert_eq!(store.reap(T0 + 60_000, 100, 0.0).await.expect("reap"), 1);
-    let next = claim_one(&store, T0 + 61_000).await;
+    assert_eq!(store.reap(ReapRequest::at(T0 + 60_000, 100)).await.expect("reap"), 0, "the deadline's tenth");
+    assert_eq!(store.reap(ReapRequest::at(T0 + 66_000, 100)).await.expect("reap"), 1);
+    let next = claim_one(&store, T0 + 67_000).await;
     assert_eq!(next.lease.attempt, 2);
     assert_eq!(next.checkpoint, Some(checkpoint), "the next attempt receives the last checkpoint");
-    let stale = store.heartbeat(&lease, None, 10_000, T0 + 61_001).await.expect("heartbeat");
+    let stale = store.heartbeat(&lease, None, 10_000, T0 + 67_001).await.expect("heartbeat");
     assert_eq!(stale, HeartbeatOutcome::Gone, "an older attempt's heartbeat is gone");
 }
 
@@ -162,9 +166,11 @@ async fn reaper_records_which_timeout_fired(store: Store) {
     let req = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 10, now_ms: T0 };
     assert_eq!(store.claim(&req, 5_000).await.expect("claim").len(), 3);
 
-    let reaped = store.reap(T0 + 5_000, 100, 0.0).await.expect("reap");
+    let at_deadline = store.reap(ReapRequest::at(T0 + 5_000, 100)).await.expect("reap");
+    let reaped = store.reap(ReapRequest::at(T0 + 5_500, 100)).await.expect("reap");
 
-    assert_eq!(reaped, 3, "every expired lease is reaped");
+    assert_eq!(at_deadline, 2, "the leases not held to the deadline are reaped at once");
+    assert_eq!(reaped, 1, "the one that reached its deadline a tenth of its timeout later");
     let codes: Vec<(String, Value)> = store
         .attempts("r1")
         .await

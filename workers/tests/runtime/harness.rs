@@ -50,7 +50,10 @@ impl Orchestrator {
     /// Engine, gRPC service and reaper over a fresh database.
     pub async fn start(config: EngineConfig) -> Self {
         let mut orchestrator = Self::start_without_reaper(config).await;
-        orchestrator.reaper = Some(cairn_orchestrator::reaper::spawn(orchestrator.engine.clone()));
+        orchestrator.reaper = Some(cairn_orchestrator::reaper::spawn(
+            orchestrator.engine.clone(),
+            tokio_util::sync::CancellationToken::new(),
+        ));
         orchestrator
     }
 
