@@ -5,9 +5,11 @@
 //! run by the orchestrator, not a worker: it waits for `POST /v1/events {name, key, payload}`. An event matches
 //! when its name is equal, its key is equal (any key when the step gives none), and `filter` (CEL, with
 //! `payload`, `name` and `key` bound) is true. Events received up to `lookback_ms` before the wait started count
-//! too. The matched payload is the step's output. When `timeout_ms` passes first, `on_timeout` ends the wait:
-//! `fail` (failure code `event_timeout`, not retried), `skip`, or `succeed` with `timeout_output` as the output
-//! (default `{"timed_out": true}`).
+//! too; with no lookback (0, the default) only events received after it started, never one stored before it in
+//! the same millisecond (such as the event that ended an earlier wait of the same run, case D10 b). The matched
+//! payload is the step's output. When `timeout_ms` passes first, `on_timeout` ends the wait: `fail` (failure
+//! code `event_timeout`, not retried), `skip`, or `succeed` with `timeout_output` as the output (default
+//! `{"timed_out": true}`). An event sent with a dedupe `id` is delivered once per name and id.
 
 use std::sync::{Arc, LazyLock};
 

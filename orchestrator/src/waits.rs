@@ -1,7 +1,7 @@
 //! Approval decisions and timeouts, and `event.wait` steps: the engine side of issue 9's human and event waits.
 //! The store does each change in one transaction; the engine adds the clock, limits and wake-ups.
 
-use cairn_store::{ApprovalOutcome, NewEvent, PendingApproval, StoreResult};
+use cairn_store::{ApprovalOutcome, Delivery, NewEvent, PendingApproval, StoreResult};
 use serde_json::Value;
 
 use crate::engine::Engine;
@@ -21,6 +21,9 @@ pub struct EventIn {
     /// Correlation key.
     #[serde(default)]
     pub key: Option<String>,
+    /// The caller's dedupe id: the same name and id again is answered as a duplicate and delivered once.
+    #[serde(default)]
+    pub id: Option<String>,
     /// Payload (any JSON; `null` when absent).
     #[serde(default)]
     pub payload: Value,
@@ -29,8 +32,11 @@ pub struct EventIn {
 /// What a delivered event did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Delivered {
-    /// The stored event's id.
+    /// The stored event's id (for a duplicate, the id of the event first stored).
     pub id: String,
+    /// Whether an event of the same name and dedupe `id` had been stored already: nothing was stored or
+    /// delivered.
+    pub duplicate: bool,
     /// Steps it completed: `{run_id, step_id}`.
     pub matched: Vec<MatchedStep>,
 }
@@ -123,15 +129,27 @@ impl Engine {
         let secs = u64::try_from(now_ms.div_euclid(1000)).unwrap_or(0);
         let nanos = u32::try_from(now_ms.rem_euclid(1000) * 1_000_000).unwrap_or(0);
         let id = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, secs, nanos)).to_string();
-        let event =
-            NewEvent { id: id.clone(), name: e.name.clone(), key: e.key.clone(), payload: e.payload.clone(), now_ms };
-        let matched = self.store().deliver_event(&event, self.report_limits()).await?;
+        let event = NewEvent {
+            id: id.clone(),
+            name: e.name.clone(),
+            key: e.key.clone(),
+            payload: e.payload.clone(),
+            now_ms,
+            dedupe_id: e.id.clone(),
+        };
+        let matched = match self.store().deliver_event(&event, self.report_limits()).await? {
+            Delivery::Delivered { matched } => matched,
+            Delivery::Duplicate { id } => {
+                tracing::info!(event_id = %id, name = %e.name, "event received again: a duplicate, not delivered");
+                return Ok(Delivered { id, duplicate: true, matched: Vec::new() });
+            }
+        };
         tracing::info!(event_id = %id, name = %e.name, matched = matched.len(), "event received");
         if !matched.is_empty() {
             self.wake();
             self.start_event_waits().await?;
         }
         let matched = matched.into_iter().map(|(run_id, step_id)| MatchedStep { run_id, step_id }).collect();
-        Ok(Delivered { id, matched })
+        Ok(Delivered { id, duplicate: false, matched })
     }
 }

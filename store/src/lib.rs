@@ -127,8 +127,8 @@ macro_rules! in_tx {
 mod wait_tx;
 mod waiting;
 pub use waiting::{
-    ApprovalOutcome, FireOutcome, NewEvent, NewSchedule, PendingApproval, ScheduleFire, ScheduleRecord, ScheduleTick,
-    TickRun, WAIT_OWNER,
+    ApprovalOutcome, Delivery, FireOutcome, NewEvent, NewSchedule, PendingApproval, ScheduleFire, ScheduleRecord,
+    ScheduleTick, TickRun, WAIT_OWNER,
 };
 
 impl Store {

@@ -45,9 +45,12 @@ pub(crate) const APPROVAL_DECIDE: &str = "UPDATE steps SET status = $3, availabl
 pub(crate) const APPROVAL_TIMED_OUT: &str = "SELECT COUNT(*) FROM run_events WHERE run_id = $1 AND step_id = $2 \
      AND kind = 'step_approval_timed_out'";
 
-/// Store an external event. Index: PK.
+/// Store an external event, with the caller's dedupe id if any. Index: PK, `events_in_dedupe_idx`.
 pub(crate) const EVENT_INSERT: &str =
-    "INSERT INTO events_in (id, name, key, payload, received_at) VALUES ($1, $2, $3, $4, $5)";
+    "INSERT INTO events_in (id, name, key, payload, received_at, dedupe_id) VALUES ($1, $2, $3, $4, $5, $6)";
+
+/// The stored event of a name with a caller's dedupe id. Index: `events_in_dedupe_idx`.
+pub(crate) const EVENT_BY_DEDUPE_ID: &str = "SELECT id FROM events_in WHERE name = $1 AND dedupe_id = $2";
 
 /// Events of a name (and key, when given) received since `$2`, oldest first. Index: `events_in_name_idx`.
 pub(crate) const EVENTS_SINCE: &str = "SELECT id, name, key, payload, received_at FROM events_in \
@@ -162,7 +165,16 @@ pub(crate) trait WaitTx: StepTx {
     fn approval_timed_out(&mut self, run_id: &str, step_id: &str) -> impl Future<Output = StoreResult<bool>> + Send;
     /// Serialises event delivery and wait start for one event name (PostgreSQL advisory lock until commit).
     fn lock_event_name(&mut self, name: &str) -> impl Future<Output = StoreResult<()>> + Send;
-    fn event_insert(&mut self, row: &EventInRow) -> impl Future<Output = StoreResult<()>> + Send;
+    fn event_insert(
+        &mut self,
+        row: &EventInRow,
+        dedupe_id: Option<&str>,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn event_by_dedupe_id(
+        &mut self,
+        name: &str,
+        dedupe_id: &str,
+    ) -> impl Future<Output = StoreResult<Option<String>>> + Send;
     fn events_since(
         &mut self,
         name: &str,
@@ -278,16 +290,24 @@ macro_rules! impl_wait_tx {
                 }
                 Ok(())
             }
-            async fn event_insert(&mut self, e: &EventInRow) -> StoreResult<()> {
+            async fn event_insert(&mut self, e: &EventInRow, dedupe_id: Option<&str>) -> StoreResult<()> {
                 sqlx::query::<$db>(EVENT_INSERT)
                     .bind(&e.id)
                     .bind(&e.name)
                     .bind(e.key.as_deref())
                     .bind(&e.payload)
                     .bind(e.received_at)
+                    .bind(dedupe_id)
                     .execute(&mut **self)
                     .await?;
                 Ok(())
+            }
+            async fn event_by_dedupe_id(&mut self, name: &str, dedupe_id: &str) -> StoreResult<Option<String>> {
+                Ok(sqlx::query_scalar::<$db, String>(EVENT_BY_DEDUPE_ID)
+                    .bind(name)
+                    .bind(dedupe_id)
+                    .fetch_optional(&mut **self)
+                    .await?)
             }
             async fn events_since(
                 &mut self,

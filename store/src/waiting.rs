@@ -221,6 +221,23 @@ pub struct NewEvent {
     pub payload: Value,
     /// Receipt time.
     pub now_ms: i64,
+    /// The caller's dedupe id: an event of the same name and id already stored makes this one a duplicate.
+    pub dedupe_id: Option<String>,
+}
+
+/// What delivering an external event did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Stored, and delivered to these waiting steps (`(run_id, step_id)`).
+    Delivered {
+        /// The steps it completed.
+        matched: Vec<(String, String)>,
+    },
+    /// An event of the same name and dedupe id was stored already (`id`): nothing was stored or delivered.
+    Duplicate {
+        /// The stored event's id.
+        id: String,
+    },
 }
 
 #[derive(sqlx::FromRow)]
@@ -441,11 +458,12 @@ impl Store {
         in_tx!(self, |tx, events| flow::event_wait::start(&mut tx, now_ms, limit, limits, &mut events).await?)
     }
 
-    /// Stores an external event and completes the waiting steps it matches. Returns their `(run_id, step_id)`.
+    /// Stores an external event and completes the waiting steps it matches, unless an event of the same name and
+    /// dedupe id was stored already ([`Delivery::Duplicate`]).
     ///
     /// # Errors
     /// [`StoreError::Database`] (retryable: the event was not stored).
-    pub async fn deliver_event(&self, e: &NewEvent, limits: ReportLimits) -> StoreResult<Vec<(String, String)>> {
+    pub async fn deliver_event(&self, e: &NewEvent, limits: ReportLimits) -> StoreResult<Delivery> {
         let row = EventInRow {
             id: e.id.clone(),
             name: e.name.clone(),
@@ -453,7 +471,8 @@ impl Store {
             payload: e.payload.to_string(),
             received_at: e.now_ms,
         };
-        in_tx!(self, |tx, events| flow::event_wait::deliver(&mut tx, &row, limits, &mut events).await?)
+        let dedupe_id = e.dedupe_id.as_deref();
+        in_tx!(self, |tx, events| flow::event_wait::deliver(&mut tx, &row, dedupe_id, limits, &mut events).await?)
     }
 
     /// Ends up to `limit` event waits past their deadline per `on_timeout`. Returns how many.

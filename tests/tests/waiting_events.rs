@@ -26,7 +26,7 @@ fn plan(extra: Value) -> Value {
 }
 
 fn event(key: &str, payload: Value) -> EventIn {
-    EventIn { name: "payment.received".into(), key: Some(key.into()), payload }
+    EventIn { name: "payment.received".into(), key: Some(key.into()), id: None, payload }
 }
 
 /// Runs the worker and returns the text `after` was called with, if it ran.
@@ -90,8 +90,12 @@ async fn events_with_another_key_or_failing_the_filter_do_not_match() {
         assert!(too_small.matched.is_empty(), "{backend:?}: filter false");
         let no_field = app.engine.deliver_event(&event("order-1", json!({"currency": "EUR"}))).await.unwrap();
         assert!(no_field.matched.is_empty(), "{backend:?}: a filter that cannot be evaluated is no match");
-        let other_name =
-            EventIn { name: "payment.refunded".into(), key: Some("order-1".into()), payload: json!({"amount": 500}) };
+        let other_name = EventIn {
+            name: "payment.refunded".into(),
+            key: Some("order-1".into()),
+            id: None,
+            payload: json!({"amount": 500}),
+        };
         assert!(app.engine.deliver_event(&other_name).await.unwrap().matched.is_empty(), "{backend:?}: another name");
         assert_eq!(app.status(&run, "wait").await, "running", "{backend:?}");
         let good = app.engine.deliver_event(&event("order-1", json!({"amount": 150}))).await.unwrap();
@@ -107,7 +111,8 @@ async fn a_wait_without_a_key_matches_any_key() {
         let plan = json!({"steps": [{"id": "wait", "action": "event.wait", "args": {"name": "door.opened"}}]});
         let run = app.submit(plan).await;
         app.engine.start_event_waits().await.unwrap();
-        let e = EventIn { name: "door.opened".into(), key: Some("front".into()), payload: json!({"by": "ann"}) };
+        let e =
+            EventIn { name: "door.opened".into(), key: Some("front".into()), id: None, payload: json!({"by": "ann"}) };
         assert_eq!(app.engine.deliver_event(&e).await.unwrap().matched.len(), 1, "{backend:?}");
         assert_eq!(app.run(&run).await.status, "succeeded", "{backend:?}");
     }

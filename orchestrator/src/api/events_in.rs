@@ -1,4 +1,4 @@
-//! External events and approvals across runs: `POST /v1/events {name, key?, payload?}` (stores the event and
+//! External events and approvals across runs: `POST /v1/events {name, key?, id?, payload?}` (stores the event and
 //! completes the `event.wait` steps it matches) and `GET /v1/approvals?limit=N` (steps waiting for approval,
 //! oldest first, with their deadline and `on_timeout`).
 
@@ -14,7 +14,9 @@ use super::body::StrictJson;
 use super::error::ApiError;
 use crate::waits::EventIn;
 
-/// `POST /v1/events`: 202 with `{id, matched: [{run_id, step_id}]}`.
+/// `POST /v1/events {name, key?, id?, payload?}`: 202 with `{id, duplicate, matched: [{run_id, step_id}]}`. With
+/// a dedupe `id`, an event of the same name and id already received is answered `duplicate: true` with the
+/// first event's id, and delivered to nothing (case D10).
 pub(super) async fn deliver(
     State(state): State<AppState>,
     StrictJson(event): StrictJson<EventIn>,
@@ -22,6 +24,10 @@ pub(super) async fn deliver(
     cairn_core::text::EVENT_NAME.check(&event.name)?;
     if let Some(key) = &event.key {
         cairn_core::text::EVENT_KEY.check(key)?;
+    }
+    // An empty id is refused rather than taken as a key every id-less event would share (case D10 d).
+    if let Some(id) = &event.id {
+        cairn_core::text::EVENT_ID.check(id)?;
     }
     let delivered = state.engine.deliver_event(&event).await?;
     Ok((StatusCode::ACCEPTED, Json(delivered)).into_response())

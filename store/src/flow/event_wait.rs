@@ -26,6 +26,7 @@ use crate::model::{ClaimRequest, Lease};
 use crate::rows::{AttemptClose, EventInsert};
 use crate::tx::DialectTx;
 use crate::wait_tx::{EventInRow, WaitRow, WaitTx};
+use crate::waiting::Delivery;
 
 /// The lease owner of `event.wait` attempts.
 pub const WAIT_OWNER: &str = "cairn-orchestrator/event.wait";
@@ -108,7 +109,16 @@ pub(crate) async fn start<T: DialectTx + WaitTx>(
         let since = now.saturating_sub(lookback);
         tx.lock_event_name(&args.name).await?;
         let mut matched = false;
-        for e in tx.events_since(&args.name, since, args.key.as_deref(), LOOKBACK_SCAN).await? {
+        // Without a lookback only events delivered after this start count. One stored before it — even in the
+        // same millisecond, as the event that released this step from an earlier wait often is — is in the past:
+        // delivery and start hold the name's lock, so every event is either stored before the wait exists or
+        // delivered to it (case D10 b).
+        let earlier = if lookback > 0 {
+            tx.events_since(&args.name, since, args.key.as_deref(), LOOKBACK_SCAN).await?
+        } else {
+            Vec::new()
+        };
+        for e in earlier {
             let payload = payload_of(&e)?;
             if matches(args.key.as_deref(), filter.as_ref(), &e, &payload) {
                 deliver_to(tx, &c.lease, &e, &payload, limits, now, events).await?;
@@ -145,12 +155,19 @@ pub(crate) async fn start<T: DialectTx + WaitTx>(
 pub(crate) async fn deliver<T: DialectTx + WaitTx>(
     tx: &mut T,
     e: &EventInRow,
+    dedupe_id: Option<&str>,
     limits: ReportLimits,
     events: &mut Vec<EventInsert>,
-) -> StoreResult<Vec<(String, String)>> {
+) -> StoreResult<Delivery> {
     let now = e.received_at;
     tx.lock_event_name(&e.name).await?;
-    tx.event_insert(e).await?;
+    // Under the name's lock, so two deliveries of one id cannot both find it missing.
+    if let Some(dedupe_id) = dedupe_id
+        && let Some(id) = tx.event_by_dedupe_id(&e.name, dedupe_id).await?
+    {
+        return Ok(Delivery::Duplicate { id });
+    }
+    tx.event_insert(e, dedupe_id).await?;
     let payload = payload_of(e)?;
     let mut matched = Vec::new();
     for w in tx.waits_for(&e.name).await? {
@@ -165,7 +182,7 @@ pub(crate) async fn deliver<T: DialectTx + WaitTx>(
             matched.push((w.run_id, w.step_id));
         }
     }
-    Ok(matched)
+    Ok(Delivery::Delivered { matched })
 }
 
 /// Ends up to `limit` waits past their deadline per `on_timeout`. Returns how many ended.
