@@ -33,7 +33,8 @@ macro_rules! expired_select {
 pub(crate) use expired_select;
 
 /// Run by idempotency key. Index: `runs.idempotency_key` UNIQUE.
-pub(crate) const RUN_BY_KEY: &str = "SELECT id, plan_id, input FROM runs WHERE idempotency_key = $1";
+pub(crate) const RUN_BY_KEY: &str = "SELECT r.id, r.plan_id, r.input, p.body FROM runs r \
+     JOIN plans p ON p.id = r.plan_id WHERE r.idempotency_key = $1";
 
 /// Insert a plan unless its content hash is already stored. Index: `plans` PK.
 pub(crate) const PLAN_INSERT: &str =

@@ -14,9 +14,22 @@ use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
 use crate::rows::{AttemptClose, ChildRow, ClaimedRow, EventInsert, LeasedRow, StateRow, StepInsert, StepSucceeded};
 
+/// The run holding an idempotency key, with what its submission is compared on.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct KeyedRun {
+    /// The run.
+    pub id: String,
+    /// Its plan's content hash.
+    pub plan_id: String,
+    /// Its input, JSON text.
+    pub input: String,
+    /// Its plan, JSON text as stored.
+    pub body: String,
+}
+
 /// Statements shared by both dialects. Every method runs inside the caller's transaction.
 pub(crate) trait StepTx: Send {
-    fn run_by_key(&mut self, key: &str) -> impl Future<Output = StoreResult<Option<(String, String, String)>>> + Send;
+    fn run_by_key(&mut self, key: &str) -> impl Future<Output = StoreResult<Option<KeyedRun>>> + Send;
     /// Stores the plan unless its content hash is stored already, and the run.
     fn run_insert(&mut self, run: &crate::rows::RunInsert<'_>) -> impl Future<Output = StoreResult<()>> + Send;
     fn steps_insert(
@@ -190,8 +203,8 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
 macro_rules! impl_step_tx {
     ($db:ty, release: ($release_sql:expr, $release_parents:expr), events: $events:path, steps: $steps:path, run_insert: ($run_sql:expr, stores_plan: $run_sql_stores_plan:expr), lists_prepared: $lists_prepared:expr) => {
         impl $crate::tx::StepTx for sqlx::Transaction<'_, $db> {
-            async fn run_by_key(&mut self, key: &str) -> $crate::error::StoreResult<Option<(String, String, String)>> {
-                Ok(sqlx::query_as::<$db, (String, String, String)>($crate::sql::RUN_BY_KEY)
+            async fn run_by_key(&mut self, key: &str) -> $crate::error::StoreResult<Option<$crate::tx::KeyedRun>> {
+                Ok(sqlx::query_as::<$db, $crate::tx::KeyedRun>($crate::sql::RUN_BY_KEY)
                     .bind(key)
                     .fetch_optional(&mut **self)
                     .await?)

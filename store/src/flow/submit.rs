@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::event;
@@ -135,12 +135,21 @@ impl Rows {
 /// match, `Conflict` otherwise; `None` for no key or a key not taken.
 async fn by_key<T: StepTx>(tx: &mut T, run: &NewRun, rows: &Rows) -> StoreResult<Option<CreateOutcome>> {
     let Some(key) = &run.idempotency_key else { return Ok(None) };
-    let Some((existing, existing_plan, existing_input)) = tx.run_by_key(key).await? else { return Ok(None) };
-    Ok(Some(if existing_plan == rows.plan_id && existing_input == rows.input {
-        CreateOutcome::Existing(existing)
+    let Some(existing) = tx.run_by_key(key).await? else { return Ok(None) };
+    let same_plan = existing.plan_id == rows.plan_id || same_json(&existing.body, &rows.body);
+    let same_input = existing.input == rows.input || same_json(&existing.input, &rows.input);
+    Ok(Some(if same_plan && same_input {
+        CreateOutcome::Existing(existing.id)
     } else {
-        CreateOutcome::Conflict(existing)
+        CreateOutcome::Conflict(existing.id)
     }))
+}
+
+/// Whether two JSON texts hold the same value, whatever the order of object keys and the whitespace (case D12 b:
+/// a client resubmitting the same plan re-serialised). `serde_json`'s objects compare as maps, key order aside.
+/// The stored texts keep the order they were written in; only this comparison ignores it.
+fn same_json(a: &str, b: &str) -> bool {
+    matches!((serde_json::from_str::<Value>(a), serde_json::from_str::<Value>(b)), (Ok(a), Ok(b)) if a == b)
 }
 
 /// After a run's rows were inserted: its `run_created` and `step_ready` events, then the decisions its roots
