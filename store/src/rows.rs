@@ -32,6 +32,7 @@ pub(crate) struct LeasedRow {
     pub started_at: Option<i64>,
     pub deadline_at: Option<i64>,
     pub heartbeat_timeout_ms: Option<i64>,
+    pub lease_expires_at: Option<i64>,
 }
 
 /// A step just marked succeeded under its lease (`DialectTx::succeed`).

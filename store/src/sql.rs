@@ -23,7 +23,7 @@ macro_rules! expired_select {
     ($tail:literal) => {
         concat!(
             "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, deadline_at, ",
-            "heartbeat_timeout_ms FROM steps WHERE status = 'running' AND lease_expires_at <= $1 ",
+            "heartbeat_timeout_ms, lease_expires_at FROM steps WHERE status = 'running' AND lease_expires_at <= $1 ",
             "AND (deadline_at IS NULL OR lease_expires_at < deadline_at OR deadline_at + timeout_ms / 10 <= $1) ",
             "ORDER BY lease_expires_at ",
             $tail
@@ -57,7 +57,7 @@ pub(crate) const RUN_MARK_RUNNING: &str =
 
 /// The running step under a lease. Index: `steps` PK.
 pub(crate) const STEP_LEASED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, \
-     started_at, deadline_at, heartbeat_timeout_ms FROM steps \
+     started_at, deadline_at, heartbeat_timeout_ms, lease_expires_at FROM steps \
      WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND (status = 'running') IS TRUE";
 
 /// Finish a leased step (succeeded, failed, outcome_unknown). Locks the step row; fenced by attempt and status.

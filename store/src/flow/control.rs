@@ -87,13 +87,17 @@ pub(crate) async fn reap<T: DialectTx>(
     let ReapRequest { now_ms: now, expired_by_ms, limit, sample } = *request;
     let mut reaped = 0;
     for row in tx.expired(expired_by_ms.min(now), limit).await? {
-        let (code, message) = if row.deadline_at.is_some_and(|d| now >= d) {
-            (codes::TIMEOUT, "the attempt ran past timeout_ms".to_owned())
-        } else if let Some(ms) = row.heartbeat_timeout_ms {
-            (codes::HEARTBEAT_TIMEOUT, format!("no heartbeat for {ms} ms (heartbeat_timeout_ms)"))
-        } else {
-            (codes::LEASE_LOST, "the worker stopped renewing its lease (crashed, frozen or partitioned)".to_owned())
-        };
+        // Which limit ended the lease first: the deadline when the lease was held to it, the heartbeat timeout
+        // (or the lease TTL) when it ran out earlier, however late the reaper looks (after an outage, both).
+        let held_to_deadline = matches!((row.lease_expires_at, row.deadline_at), (Some(l), Some(d)) if l >= d);
+        let (code, message) =
+            if held_to_deadline || row.lease_expires_at.is_none() && row.deadline_at.is_some_and(|d| now >= d) {
+                (codes::TIMEOUT, "the attempt ran past timeout_ms".to_owned())
+            } else if let Some(ms) = row.heartbeat_timeout_ms {
+                (codes::HEARTBEAT_TIMEOUT, format!("no heartbeat for {ms} ms (heartbeat_timeout_ms)"))
+            } else {
+                (codes::LEASE_LOST, "the worker stopped renewing its lease (crashed, frozen or partitioned)".to_owned())
+            };
         let Some(worker_id) = row.lease_owner.clone() else {
             continue;
         };
