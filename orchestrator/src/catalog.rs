@@ -1,17 +1,24 @@
-//! The live action catalog: Cairn's built-in actions plus the actions registered workers serve.
+//! The live action catalog: Cairn's built-in actions plus the actions registered workers serve, kept in the
+//! database (`cairn_store::Store::actions_register`) so that every orchestrator of the database knows every
+//! registered action, and knows them again after a restart, before any worker reconnects.
 //!
 //! Submissions validate against a snapshot (an `Arc`), so registering a worker never blocks validation and a
-//! submission sees one consistent catalog. A registered spec replaces a built-in of the same name (a newer
-//! version of an action wins).
+//! submission sees one consistent catalog. A plan naming an action this orchestrator has not seen yet reloads
+//! the catalog from the database first ([`LiveCatalog::snapshot_for`]): the action may have been registered
+//! through another orchestrator. A registered spec replaces a built-in of the same name (a newer version of an
+//! action wins).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use cairn_core::catalog::{ActionCatalog, ActionSpec, CatalogEntry, SchemaError, StaticCatalog};
+use cairn_store::{Store, StoreError};
+use serde_json::Value;
 
 /// Built-ins plus registered actions.
 pub struct LiveCatalog {
     base: Arc<dyn ActionCatalog + Send + Sync>,
+    store: Store,
     registered: RwLock<(BTreeMap<String, ActionSpec>, Arc<StaticCatalog>)>,
 }
 
@@ -40,10 +47,21 @@ impl ActionCatalog for Snapshot {
     }
 }
 
+/// Why a registration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    /// A spec's args schema is not a valid JSON Schema; nothing was registered. Not retryable.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    /// The store failed; retryable when the inner error is.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 impl LiveCatalog {
-    /// A catalog over `base` with nothing registered yet.
-    pub fn new(base: Arc<dyn ActionCatalog + Send + Sync>) -> Self {
-        Self { base, registered: RwLock::new((BTreeMap::new(), Arc::new(StaticCatalog::default()))) }
+    /// A catalog over `base` with nothing registered yet; [`LiveCatalog::load`] reads what the database holds.
+    pub fn new(base: Arc<dyn ActionCatalog + Send + Sync>, store: Store) -> Self {
+        Self { base, store, registered: RwLock::new((BTreeMap::new(), Arc::new(StaticCatalog::default()))) }
     }
 
     /// The current view.
@@ -52,11 +70,53 @@ impl LiveCatalog {
         Snapshot { base: self.base.clone(), registered: guard.1.clone() }
     }
 
-    /// Adds (or replaces) registered actions.
+    /// The view to validate `plan` against: the current one, or, when the plan names an action it lacks, the
+    /// catalog as the database holds it now (a store error is logged and the current view used).
+    pub async fn snapshot_for(&self, plan: &Value) -> Snapshot {
+        let snapshot = self.snapshot();
+        let unknown = actions_of(plan).any(|name| snapshot.get(name).is_none());
+        if !unknown {
+            return snapshot;
+        }
+        if let Err(e) = self.load().await {
+            tracing::warn!(error = %e, "could not reload the action catalog; validating against the last one");
+        }
+        self.snapshot()
+    }
+
+    /// Replaces the registered actions with those stored in the database. A stored spec that does not decode
+    /// or compile is left out, with an error logged.
     ///
     /// # Errors
-    /// [`SchemaError`] when a spec's args schema is not a valid JSON Schema; nothing is registered then.
-    pub fn register(&self, specs: Vec<ActionSpec>) -> Result<(), SchemaError> {
+    /// Store errors.
+    pub async fn load(&self) -> Result<(), StoreError> {
+        let stored = self.store.actions_all().await?;
+        let mut specs = BTreeMap::new();
+        for action in stored {
+            match serde_json::from_str::<ActionSpec>(&action.spec) {
+                Ok(spec) if StaticCatalog::new([spec.clone()]).is_ok() => {
+                    specs.insert(spec.name.clone(), spec);
+                }
+                Ok(_) | Err(_) => tracing::error!(action = %action.name, "a stored action spec is unusable; left out"),
+            }
+        }
+        self.replace(specs).map_err(|e| StoreError::Corrupt { what: "actions", message: e.to_string() })
+    }
+
+    /// Adds (or replaces) the actions `worker_id` serves: in the database first, so that every orchestrator
+    /// accepts them, then here.
+    ///
+    /// # Errors
+    /// [`RegisterError::Schema`] when a spec's args schema is not a valid JSON Schema (nothing is registered);
+    /// [`RegisterError::Store`].
+    pub async fn register(&self, worker_id: &str, specs: Vec<ActionSpec>, now_ms: i64) -> Result<(), RegisterError> {
+        StaticCatalog::new(specs.iter().cloned())?;
+        let stored: Vec<(String, String)> = specs
+            .iter()
+            .map(|s| serde_json::to_string(s).map(|json| (s.name.clone(), json)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| StoreError::Corrupt { what: "action spec", message: e.to_string() })?;
+        self.store.actions_register(worker_id, &stored, now_ms).await?;
         let mut guard = self.registered.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut next = guard.0.clone();
         for spec in specs {
@@ -67,9 +127,20 @@ impl LiveCatalog {
         Ok(())
     }
 
+    fn replace(&self, specs: BTreeMap<String, ActionSpec>) -> Result<(), SchemaError> {
+        let compiled = StaticCatalog::new(specs.values().cloned())?;
+        *self.registered.write().unwrap_or_else(std::sync::PoisonError::into_inner) = (specs, Arc::new(compiled));
+        Ok(())
+    }
+
     /// Every action spec: built-ins overridden by registered ones, sorted by name.
     pub fn specs(&self) -> Vec<ActionSpec> {
         let snapshot = self.snapshot();
         snapshot.names().into_iter().filter_map(|n| snapshot.get(n).map(|e| e.spec().clone())).collect()
     }
+}
+
+/// The action names a plan document's steps use (leniently: a malformed plan names what it can).
+fn actions_of(plan: &Value) -> impl Iterator<Item = &str> {
+    plan.get("steps").and_then(Value::as_array).into_iter().flatten().filter_map(|s| s.get("action")?.as_str())
 }

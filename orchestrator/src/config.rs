@@ -31,6 +31,15 @@ pub struct EngineConfig {
     pub peer_hello_every: Duration,
 }
 
+impl EngineConfig {
+    /// Longest a worker's long poll waits here: 30 s, and at most half a lease TTL (a worker frozen or cut off
+    /// with a poll pending is then not handed the steps reclaimed from it: case C12 b). A polling worker is seen
+    /// at least this often, so "connected" means seen within three of these.
+    pub fn poll_wait_max(&self) -> Duration {
+        Duration::from_secs(30).min(self.lease_ttl / 2)
+    }
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
         let lease_ttl = Duration::from_secs(10);

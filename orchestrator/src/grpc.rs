@@ -24,9 +24,6 @@ use crate::replies::HandedReplies;
 
 mod completions;
 
-/// Longest a poll may wait for work; keeps idle connections observable and shutdown prompt.
-const MAX_POLL_WAIT: Duration = Duration::from_secs(30);
-
 /// The gRPC service.
 #[derive(Debug, Clone)]
 pub struct WorkerGrpc {
@@ -165,7 +162,11 @@ impl WorkerService for WorkerGrpc {
         }
         let specs = req.actions.into_iter().map(spec).collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-        self.engine.catalog().register(specs).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let now_ms = self.engine.now_ms();
+        self.engine.catalog().register(&req.worker_id, specs, now_ms).await.map_err(|e| match e {
+            crate::catalog::RegisterError::Schema(e) => Status::invalid_argument(e.to_string()),
+            crate::catalog::RegisterError::Store(e) => unavailable(&e),
+        })?;
         self.engine
             .store()
             .worker_upsert(&req.worker_id, &names, self.engine.now_ms())
@@ -185,7 +186,8 @@ impl WorkerService for WorkerGrpc {
         // At most half a lease TTL: a worker frozen or cut off while its poll is pending has its leases reaped
         // no sooner than 3/4 TTL after that (it heartbeats every TTL/4), so by then the poll has ended and cannot
         // hand the reclaimed step straight back to the lost worker (case C12 b).
-        let wait = Duration::from_millis(req.wait_ms).min(MAX_POLL_WAIT).min(self.engine.config().lease_ttl / 2);
+        let wait = Duration::from_millis(req.wait_ms).min(self.engine.config().poll_wait_max());
+        self.engine.worker_seen(&req.worker_id, &req.actions).await;
         let limit = req.max_attempts.clamp(1, 256);
         let claimed =
             self.engine.claim_wait(&req.worker_id, &req.actions, limit, wait).await.map_err(|e| unavailable(&e))?;

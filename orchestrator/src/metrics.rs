@@ -25,12 +25,14 @@ const RUN_STATUSES: [RunStatus; 5] =
     [RunStatus::Pending, RunStatus::Running, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Cancelled];
 
 /// What the engine itself shows in a scrape ([`Metrics::render`]).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct EngineGauges {
     /// Long polls waiting for work ([`crate::Engine::waiting_polls`]).
     pub waiting_polls: usize,
     /// Whether another orchestrator was heard lately ([`crate::Engine::hears_other_orchestrators`]).
     pub other_orchestrators_heard: bool,
+    /// Ready steps due whose action no connected worker serves, by action.
+    pub waiting_for_worker: Vec<(String, i64)>,
 }
 
 /// In-process observations, and the rendering of one scrape.
@@ -190,6 +192,15 @@ impl Metrics {
         workers.set(i64::try_from(self.connected_workers(now_ms, lease_ttl_ms)).unwrap_or(i64::MAX));
         register(&scrape, &store_up);
         register(&scrape, &workers);
+        let waiting = gauge_vec(
+            &scrape,
+            "cairn_steps_waiting_for_worker",
+            "Ready steps due whose action no connected worker serves (through any orchestrator), by action.",
+            &["action"],
+        );
+        for (action, count) in &gauges.waiting_for_worker {
+            waiting.with_label_values(&[action.as_str()]).set(*count);
+        }
         if let Some(stats) = stats {
             database_metrics(&scrape, stats, now_ms);
         }
@@ -296,7 +307,11 @@ mod tests {
         };
         let text = metrics.render(
             Some(&stats),
-            EngineGauges { waiting_polls: 2, other_orchestrators_heard: true },
+            EngineGauges {
+                waiting_polls: 2,
+                other_orchestrators_heard: true,
+                waiting_for_worker: vec![("crm.lookup".into(), 3)],
+            },
             2_000,
             10_000,
         );
@@ -310,6 +325,7 @@ mod tests {
             "cairn_steps{status=\"waiting_approval\"} 0",
             "cairn_attempts_total{action=\"noop\",status=\"succeeded\"} 3",
             "cairn_queue_depth 1",
+            "cairn_steps_waiting_for_worker{action=\"crm.lookup\"} 3",
             "cairn_oldest_ready_step_age_seconds 1.5",
             "cairn_dispatch_latency_seconds_count{action=\"noop\"} 1",
         ] {

@@ -178,6 +178,8 @@ impl Engine {
     /// [`ScheduleOpError::Invalid`] (bad cron or zone, never fires, bad policy or id),
     /// [`ScheduleOpError::InvalidPlan`], [`ScheduleOpError::Exists`], [`ScheduleOpError::Store`].
     pub async fn create_schedule(&self, spec: &ScheduleSpec) -> Result<ScheduleRecord, ScheduleOpError> {
+        // Actions registered through another orchestrator are known before the plan is checked.
+        let _ = self.catalog().snapshot_for(&spec.plan).await;
         let now_ms = self.now_ms();
         let def = NewSchedule {
             id: spec.id.clone().unwrap_or_else(|| new_id(now_ms)),
@@ -206,6 +208,9 @@ impl Engine {
     /// As [`Engine::create_schedule`], and [`ScheduleOpError::NotFound`].
     pub async fn update_schedule(&self, id: &str, patch: &SchedulePatch) -> Result<ScheduleRecord, ScheduleOpError> {
         let current = self.store().schedule(id).await?.ok_or(ScheduleOpError::NotFound)?;
+        if let Some(plan) = &patch.plan {
+            let _ = self.catalog().snapshot_for(plan).await;
+        }
         let def = NewSchedule {
             id: current.id,
             cron: patch.cron.clone().unwrap_or(current.cron),
@@ -307,6 +312,8 @@ impl Engine {
             let overlap: Overlap = s.overlap.parse().unwrap_or_default();
             let catch_up_max = u32::try_from(s.catch_up_max).unwrap_or(1);
             let plan = cron.due(timestamp(expected), now, MisfirePolicy { misfire, catch_up_max, grace: grace() });
+            // The actions its plan uses, registered through any orchestrator, before its runs are validated.
+            let _ = self.catalog().snapshot_for(&s.plan).await;
             let ticks = plan.fire.iter().map(|at| self.tick_run(&s, at.as_millisecond(), now)).collect();
             let fire = ScheduleFire {
                 schedule_id: s.id.clone(),

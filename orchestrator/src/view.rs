@@ -2,25 +2,32 @@
 //!
 //! Shape: `{id, status, plan_id, created_at_ms, finished_at_ms, failure, steps: [{id, action, status, attempts,
 //! output, error, failures: [failure records, oldest first], timer: {not_before_at_ms, local} | null,
-//! available_at_ms}]}`. `failure` on the run names the root cause: the first failed step, its code, message and
-//! suggestion.
+//! available_at_ms, waiting_for?}]}`. `failure` on the run names the root cause: the first failed step, its code,
+//! message and suggestion. A `ready` step whose action no connected worker serves says so:
+//! `waiting_for: {kind: "worker", action}`.
 
-use cairn_store::{RunDetail, Store, StoreResult};
+use std::collections::HashSet;
+
+use cairn_store::{RunDetail, StoreResult};
 use serde_json::{Value, json};
+
+use crate::engine::Engine;
 
 /// The run with its steps, attempts and failure records; `None` when there is no such run.
 ///
 /// # Errors
 /// Store errors.
-pub async fn run_view(store: &Store, run_id: &str) -> StoreResult<Option<Value>> {
+pub async fn run_view(engine: &Engine, run_id: &str) -> StoreResult<Option<Value>> {
     // One snapshot: a report committed between separate reads showed a step `running` next to the failure of
     // the attempt that had just ended.
-    Ok(store.run_detail(run_id).await?.map(detail_view))
+    let Some(detail) = engine.store().run_detail(run_id).await? else { return Ok(None) };
+    Ok(Some(detail_view(detail, &engine.served_actions().await?)))
 }
 
-/// The view of a run already read (or known from its creation, [`crate::Submitted::created`]).
+/// The view of a run already read (or known from its creation, [`crate::Submitted::created`]); `served`: the
+/// actions a connected worker serves ([`Engine::served_actions`]).
 #[must_use]
-pub fn detail_view(detail: RunDetail) -> Value {
+pub fn detail_view(detail: RunDetail, served: &HashSet<String>) -> Value {
     let RunDetail { run, steps, attempts } = detail;
     let steps: Vec<Value> = steps
         .into_iter()
@@ -28,11 +35,16 @@ pub fn detail_view(detail: RunDetail) -> Value {
             let failures: Vec<&Value> =
                 attempts.iter().filter(|a| a.step_id == s.id).filter_map(|a| a.failure.as_ref()).collect();
             let timer = s.not_before_at_ms.map(|at| json!({"not_before_at_ms": at, "local": s.not_before_local}));
-            json!({
+            let mut view = json!({
                 "id": s.id, "action": s.action, "status": s.status, "attempts": s.attempts,
                 "output": s.output, "error": s.error, "failures": failures, "timer": timer,
                 "available_at_ms": s.available_at_ms, "checkpoint": s.checkpoint,
-            })
+            });
+            let run_by_orchestrator = s.action == cairn_core::event_wait::ACTION;
+            if s.status == "ready" && !run_by_orchestrator && !served.contains(&s.action) {
+                view["waiting_for"] = json!({"kind": "worker", "action": s.action});
+            }
+            view
         })
         .collect();
     json!({

@@ -38,6 +38,7 @@ macro_rules! on_pool {
     };
 }
 
+mod catalog;
 pub mod error;
 mod flow;
 pub mod model;
@@ -54,6 +55,7 @@ mod writer;
 
 use sqlx::{PgPool, SqlitePool};
 
+pub use catalog::{ActionWorker, StoredAction};
 pub use error::{ErrorClass, StoreError, StoreResult};
 pub use flow::batch::Handoff;
 pub use flow::control::OperatorAction;

@@ -13,6 +13,15 @@ use crate::metrics::EngineGauges;
 /// The Prometheus text format's content type.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// Ready steps due whose action no connected worker serves, by action (empty when the database cannot be read).
+async fn waiting_for_worker(engine: &crate::engine::Engine, now_ms: i64) -> Vec<(String, i64)> {
+    let (ready, served) = match (engine.store().steps_ready_by_action(now_ms).await, engine.served_actions().await) {
+        (Ok(ready), Ok(served)) => (ready, served),
+        _ => return Vec::new(),
+    };
+    ready.into_iter().filter(|(action, _)| !served.contains(action)).collect()
+}
+
 pub(super) async fn scrape(State(state): State<AppState>) -> Response {
     let engine = &state.engine;
     let now_ms = engine.now_ms();
@@ -27,6 +36,7 @@ pub(super) async fn scrape(State(state): State<AppState>) -> Response {
     let gauges = EngineGauges {
         waiting_polls: engine.waiting_polls(),
         other_orchestrators_heard: engine.hears_other_orchestrators(),
+        waiting_for_worker: waiting_for_worker(engine, now_ms).await,
     };
     let text = engine.metrics().render(stats.as_ref(), gauges, now_ms, ttl_ms);
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response()

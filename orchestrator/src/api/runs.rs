@@ -21,7 +21,7 @@ pub(super) async fn validate(State(state): State<AppState>, StrictJson(body): St
         Some(plan) if body.get("steps").is_none() => plan.clone(),
         _ => body,
     };
-    let catalog = state.engine.catalog().snapshot();
+    let catalog = state.engine.catalog().snapshot_for(&plan).await;
     let report = validate_value(&plan, &catalog, &state.engine.config().limits);
     Json(json!({"valid": report.valid, "diagnostics": report.diagnostics})).into_response()
 }
@@ -51,8 +51,8 @@ pub(super) async fn submit(
     // A new run's answer is the state it was committed in when that is known (no read-back transaction);
     // otherwise it is read.
     let view = match submitted.created {
-        Some(detail) => detail_view(detail),
-        None => run_view(state.engine.store(), &submitted.run_id).await?.ok_or_else(|| ApiError::not_found("run"))?,
+        Some(detail) => detail_view(detail, &state.engine.served_actions().await?),
+        None => run_view(&state.engine, &submitted.run_id).await?.ok_or_else(|| ApiError::not_found("run"))?,
     };
     let status = if submitted.existing { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(view)).into_response())
@@ -103,7 +103,7 @@ pub(super) async fn show(
     let store = state.engine.store();
     match q.view.as_deref() {
         None | Some("full") => {
-            let view = run_view(store, &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+            let view = run_view(&state.engine, &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
             Ok(Json(view).into_response())
         }
         Some("summary") => {
@@ -133,7 +133,7 @@ pub(super) async fn run_action(
     if !state.engine.cancel_run(id).await? {
         return Err(ApiError::new(StatusCode::CONFLICT, "already_finished", "the run has already finished"));
     }
-    let view = run_view(state.engine.store(), id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+    let view = run_view(&state.engine, id).await?.ok_or_else(|| ApiError::not_found("run"))?;
     Ok(Json(view).into_response())
 }
 
@@ -204,13 +204,37 @@ pub(super) async fn step_action(
             format!("step `{step}` of run `{id}` is not {expected} (or does not exist)"),
         ));
     }
-    let view = run_view(state.engine.store(), &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+    let view = run_view(&state.engine, &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
     Ok(Json(view).into_response())
 }
 
-/// `GET /v1/actions`: every action the validator accepts, with schemas and effects.
-pub(super) async fn actions(State(state): State<AppState>) -> Response {
-    Json(json!({"actions": state.engine.catalog().specs()})).into_response()
+/// `GET /v1/actions`: every action the validator accepts, with schemas and effects, and, for each, the workers
+/// seen serving it lately (`workers: [{worker_id, last_seen_at}]`, most recent first) and whether one is
+/// connected (seen within three poll intervals, through any orchestrator).
+pub(super) async fn actions(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let engine = &state.engine;
+    let window = i64::try_from((engine.config().poll_wait_max() * 3).as_millis()).unwrap_or(i64::MAX);
+    let now = engine.now_ms();
+    let workers = engine.store().action_workers_since(now - 24 * 3_600_000).await?;
+    let actions: Vec<Value> = engine
+        .catalog()
+        .specs()
+        .into_iter()
+        .map(|spec| {
+            let serving: Vec<&cairn_store::ActionWorker> = workers.iter().filter(|w| w.action == spec.name).collect();
+            let connected = serving.iter().any(|w| w.last_seen_at >= now - window);
+            let mut view = json!(spec);
+            view["workers"] = json!(
+                serving
+                    .iter()
+                    .map(|w| json!({"worker_id": w.worker_id, "last_seen_at": w.last_seen_at}))
+                    .collect::<Vec<_>>()
+            );
+            view["connected"] = json!(connected);
+            view
+        })
+        .collect();
+    Ok(Json(json!({"actions": actions})).into_response())
 }
 
 fn split_verb(segment: &str) -> Result<(&str, &str), ApiError> {

@@ -66,6 +66,9 @@ struct Inner {
     stopping: CancellationToken,
     /// Which expired leases the reaper may fail (start-up grace, silences of the store).
     reap_grace: tokio::sync::Mutex<reap_grace::ReapGrace>,
+    /// When each worker was last recorded as seen polling (`Engine::worker_seen`), to write that at most once
+    /// per poll interval.
+    seen: std::sync::Mutex<std::collections::HashMap<String, (tokio::time::Instant, Vec<String>)>>,
 }
 
 /// One completion and the claim sent with it ([`Engine::complete_and_claim_all`]).
@@ -122,13 +125,17 @@ impl Engine {
             config.lease_ttl,
             silence,
         );
+        let catalog = LiveCatalog::new(catalog, store.clone());
+        // The actions registered through any orchestrator, before a worker reconnects (cron ticks after a
+        // restart validate against them).
+        catalog.load().await?;
         let (queue, writer) = commit::queue();
         let (peers_stop, _) = tokio::sync::watch::channel(());
         let peers = Arc::new(peers::Peers::new(config.peer_hello_every));
         let inner = Arc::new(Inner {
             store,
             clock,
-            catalog: LiveCatalog::new(catalog),
+            catalog,
             config,
             wake: Notify::new(),
             peers,
@@ -140,6 +147,7 @@ impl Engine {
             event_wait_start: tokio::sync::Mutex::new(()),
             stopping: CancellationToken::new(),
             reap_grace: tokio::sync::Mutex::new(reap_grace),
+            seen: std::sync::Mutex::default(),
         });
         commit::spawn_writer(Arc::downgrade(&inner), writer);
         peers::spawn(&inner);
@@ -199,6 +207,38 @@ impl Engine {
         self.inner.stopping.is_cancelled()
     }
 
+    /// Records that `worker_id` polls for `actions` (in the database, at most once per poll interval per worker
+    /// unless its actions change), so every orchestrator can tell which actions a connected worker serves. A
+    /// store error is logged: the poll goes on.
+    pub async fn worker_seen(&self, worker_id: &str, actions: &[String]) {
+        let every = self.inner.config.poll_wait_max();
+        let now = tokio::time::Instant::now();
+        {
+            let mut seen = self.inner.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((at, known)) = seen.get(worker_id)
+                && now.duration_since(*at) < every
+                && known.as_slice() == actions
+            {
+                return;
+            }
+            seen.insert(worker_id.to_owned(), (now, actions.to_vec()));
+        }
+        if let Err(e) = self.inner.store.action_workers_seen(worker_id, actions, self.now_ms()).await {
+            tracing::warn!(error = %e, worker_id, "could not record the worker as seen");
+        }
+    }
+
+    /// The actions a connected worker serves: one seen registering or polling within three poll intervals
+    /// ([`EngineConfig::poll_wait_max`]), through any orchestrator of the database.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn served_actions(&self) -> StoreResult<std::collections::HashSet<String>> {
+        let window = i64::try_from((self.inner.config.poll_wait_max() * 3).as_millis()).unwrap_or(i64::MAX);
+        let workers = self.inner.store.action_workers_since(self.now_ms().saturating_sub(window)).await?;
+        Ok(workers.into_iter().map(|w| w.action).collect())
+    }
+
     /// How many long polls wait here for work, registered and not yet handed steps.
     pub fn waiting_polls(&self) -> usize {
         self.inner.waiters.len()
@@ -218,7 +258,8 @@ impl Engine {
     pub async fn submit(&self, req: &SubmitRequest) -> Result<Submitted, SubmitError> {
         let now = self.inner.clock.now();
         let run_id = new_run_id(now);
-        let run = submit::prepare(req, &self.inner.catalog.snapshot(), &self.inner.config.limits, run_id, now)?;
+        let catalog = self.inner.catalog.snapshot_for(&req.plan).await;
+        let run = submit::prepare(req, &catalog, &self.inner.config.limits, run_id, now)?;
         let event_wait = run.plan.steps.iter().any(|s| s.action == cairn_core::event_wait::ACTION);
         // A small run is created by the group-commit writer, which wakes the polls if its steps need it; a large
         // one in a transaction of its own (see `commit::MAX_BATCHED_RUN_STEPS`).
