@@ -198,6 +198,11 @@ pub(crate) const ATTEMPTS_CANCEL: &str = "UPDATE attempts SET status = 'failed',
      failure_code = 'cancelled', failure_message = 'the run was cancelled', retryable = 0, suggestion = 'skip', \
      degraded = 0 WHERE run_id = $1 AND status = 'running'";
 
+/// End the event waits of a cancelled run, whose `event.wait` attempts [`ATTEMPTS_CANCEL`] closed: a wait row
+/// belongs to its attempt, and one left behind is a timer (its deadline) on a final step. Index: `event_waits`
+/// PK prefix.
+pub(crate) const WAITS_CANCEL: &str = "DELETE FROM event_waits WHERE run_id = $1";
+
 /// Operator decision on a step parked as outcome_unknown (or waiting approval). Fenced on the expected status.
 /// A step made ready is due at `$5` or at its `not_before` timer, whichever is later: an approval given before
 /// the timer must not let the step run early. Locks the step row. Index: `steps` PK.

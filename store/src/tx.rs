@@ -135,6 +135,7 @@ pub(crate) trait StepTx: Send {
         run_id: &str,
         now: i64,
     ) -> impl Future<Output = StoreResult<Vec<(String, i64, String)>>> + Send;
+    /// Closes the running attempts of a cancelled run, and ends the event waits of its `event.wait` attempts.
     fn attempts_cancel(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     #[allow(clippy::too_many_arguments)]
     fn step_operator(
@@ -517,6 +518,7 @@ macro_rules! impl_step_tx {
             }
             async fn attempts_cancel(&mut self, run_id: &str, now: i64) -> $crate::error::StoreResult<()> {
                 sqlx::query::<$db>($crate::sql::ATTEMPTS_CANCEL).bind(run_id).bind(now).execute(&mut **self).await?;
+                sqlx::query::<$db>($crate::sql::WAITS_CANCEL).bind(run_id).execute(&mut **self).await?;
                 Ok(())
             }
             async fn step_operator(

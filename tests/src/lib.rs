@@ -8,6 +8,8 @@
 //!   tests can count side effects (`calls`) the way the cases' recording stub does. It stands in for real
 //!   worker processes until the worker protocol lands.
 //! - [`raw`]: raw SQL on the engine's pool, for fault injection and measuring persisted row sizes.
+//! - [`invariants`]: the cases' invariant sweep over the store (every open step has exactly one reason to
+//!   progress; final steps hold no lease or wait), run at the end of a case.
 //! - [`http`]: [`http::HttpApp`], the real orchestrator ([`cairn_orchestrator::server::Server`]: REST API,
 //!   worker gRPC, reaper) in the test process on port 0 with a fresh database and a manual clock, a REST client, real `cairn`
 //!   worker processes ([`http::CairnProcess`]) and bounded condition waits ([`http::within`]).
@@ -18,6 +20,7 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod http;
+pub mod invariants;
 pub mod process;
 pub mod raw;
 pub mod silent_proxy;

@@ -1,5 +1,6 @@
 //! Raw SQL against the engine's own pool, for fault injection (deleting a row, as store corruption would) and for
-//! measuring what is persisted (row sizes). Statements are fixed strings from the tests; values are bound.
+//! measuring what is persisted (row sizes), and for reading the store's rows as they are (the invariant sweep,
+//! [`crate::invariants`]). Statements are fixed strings from the tests; values are bound.
 
 use cairn_store::Store;
 
@@ -43,4 +44,17 @@ pub async fn fetch_i64(store: &Store, sqlite: &'static str, postgres: &'static s
         }
     };
     value.unwrap_or(0)
+}
+
+/// Every row `sql` returns, as `T` (a `sqlx::FromRow` whose fields both backends decode: `BIGINT`s as `i64`,
+/// text as `String`), for statements whose text both dialects accept.
+pub async fn fetch_all<T>(store: &Store, sql: &'static str) -> Vec<T>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow> + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    T: Send + Unpin,
+{
+    match store {
+        Store::Sqlite(pool) => sqlx::query_as(sql).fetch_all(pool).await.unwrap(),
+        Store::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await.unwrap(),
+    }
 }

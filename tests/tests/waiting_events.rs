@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use cairn_orchestrator::waits::EventIn;
-use cairn_tests::{TestApp, TestWorker, backends};
+use cairn_tests::{TestApp, TestWorker, backends, invariants};
 use serde_json::{Value, json};
 
 const MINUTE_MS: u64 = 60_000;
@@ -144,6 +144,8 @@ async fn a_timeout_ends_the_wait_with_the_declared_outcome() {
     }
 }
 
+/// A cancel ends the wait in its own transaction: no `event_waits` row (a timer, by its deadline) is left on the
+/// cancelled step (the invariant sweep), and a later event matches nothing.
 #[tokio::test]
 async fn a_cancelled_wait_ignores_later_events() {
     for backend in backends() {
@@ -151,6 +153,7 @@ async fn a_cancelled_wait_ignores_later_events() {
         let run = app.submit(plan(json!({}))).await;
         app.engine.start_event_waits().await.unwrap();
         assert!(app.engine.cancel_run(&run).await.unwrap());
+        invariants::assert_hold(app.store(), &format!("{backend:?}: the cancel ended the wait")).await;
         let e = app.engine.deliver_event(&event("order-1", json!({"amount": 1}))).await.unwrap();
         assert!(e.matched.is_empty(), "{backend:?}");
         assert_eq!(app.status(&run, "wait").await, "cancelled", "{backend:?}");

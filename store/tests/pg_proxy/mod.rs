@@ -55,6 +55,11 @@ pub enum Loss {
     /// As `Silence`, but from just after the statement's answer: the statement ran and was answered, then the
     /// connection was cut (a listener's `LISTEN`, after which the client only reads).
     SilenceAfter,
+    /// As `Answer`, for the next `COMMIT` the connection sends after the message naming the statement: the
+    /// transaction the statement ran in committed, and its client sees a lost connection instead of the answer.
+    /// This picks one transaction by a statement only it runs, where `COMMIT` itself names none. The flag goes
+    /// down when that `COMMIT` is sent on, not when the statement is seen.
+    CommitAnswerAfter,
 }
 
 impl Loss {
@@ -63,11 +68,22 @@ impl Loss {
     }
 }
 
+/// The text of a `COMMIT` as sqlx sends it (a simple query, its string ended by a NUL).
+const COMMIT: &[u8] = b"COMMIT\0";
+
+/// Where `needle` first occurs in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
 /// A TCP proxy to PostgreSQL that, once armed (the returned flag), loses the answer to or the request of the next
-/// message naming `statement` (`loss`). With `prepared`, the statement's execution is the client's write after
-/// that message: sqlx prepares a statement (`Parse`, `Describe`, `Sync`) in one write and runs it (`Bind`,
-/// `Execute`, `Sync`) in the next; a simple query (`COMMIT`) runs in the write naming it. Returns the proxy's
-/// port and the flag (left unarmed while the migrations run: they name the functions too).
+/// message naming `statement` (`loss`; with [`Loss::CommitAnswerAfter`], of the next `COMMIT` on that message's
+/// connection). With `prepared`, the statement's execution is the client's write after that message: sqlx
+/// prepares a statement (`Parse`, `Describe`, `Sync`) in one write and runs it (`Bind`, `Execute`, `Sync`) in
+/// the next; a simple query (`COMMIT`) runs in the write naming it. A prepared statement's text crosses a
+/// connection only the first time it runs there, so the statement must not have run on it before the proxy is
+/// armed. Returns the proxy's port and the flag (left unarmed while the migrations run: they name the functions
+/// too).
 pub async fn proxy(
     server: std::net::SocketAddr,
     statement: &'static [u8],
@@ -90,14 +106,27 @@ pub async fn proxy(
             tokio::spawn(async move {
                 let mut buf = vec![0_u8; 64 * 1024];
                 let mut next_runs_it = false;
+                // `CommitAnswerAfter`: the statement was named here; the next `COMMIT` is the doomed one.
+                let mut commit_doomed = false;
                 while let Ok(n) = client_read.read(&mut buf).await {
                     if n == 0 {
                         break;
                     }
                     let mut runs_it = std::mem::take(&mut next_runs_it);
-                    let named = buf[..n].windows(statement.len()).any(|w| w == statement);
-                    if named && armed.swap(false, Ordering::SeqCst) {
+                    let named = find(&buf[..n], statement);
+                    let mut commit_from = 0;
+                    if let Some(at) = named
+                        && loss == Loss::CommitAnswerAfter
+                        && armed.load(Ordering::SeqCst)
+                    {
+                        // The flag goes down with the `COMMIT` itself, so a test sees that the answer was lost.
+                        (commit_doomed, commit_from) = (true, at);
+                    } else if named.is_some() && armed.swap(false, Ordering::SeqCst) {
                         if prepared { next_runs_it = true } else { runs_it = true }
+                    }
+                    if commit_doomed && find(&buf[commit_from..n], COMMIT).is_some() {
+                        commit_doomed = false;
+                        runs_it |= armed.swap(false, Ordering::SeqCst);
                     }
                     if runs_it && loss == Loss::Request {
                         break;
