@@ -46,6 +46,9 @@ pub struct ActionSpec {
     /// JSON pointers into args whose literal values must appear in `context.source_text` (e.g. `/city`).
     #[serde(default)]
     pub grounded_args: Vec<String>,
+    /// An example output (valid against the output schema), for planners and plan previews.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub example_output: Option<Value>,
 }
 
 /// One problem found by an args schema.
@@ -157,6 +160,7 @@ fn spec(name: &str, description: &str, effect: Effect, args_schema: Value, outpu
         output_schema,
         effect,
         grounded_args: Vec::new(),
+        example_output: None,
     }
 }
 

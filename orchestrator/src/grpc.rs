@@ -116,6 +116,7 @@ fn spec(d: pb::ActionDescriptor) -> Result<ActionSpec, Status> {
         description: d.description,
         effect,
         grounded_args: d.grounded_args,
+        example_output: d.example_output_json.as_deref().map(|t| json("example_output_json", t)).transpose()?,
     })
 }
 
@@ -156,6 +157,15 @@ fn outcome(report: Report) -> ReportResponse {
 impl WorkerService for WorkerGrpc {
     async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<RegisterResponse>, Status> {
         let req = request.into_inner();
+        if !matches!(req.protocol_version, 0 | cairn_proto::PROTOCOL_VERSION) {
+            return Err(Status::failed_precondition(format!(
+                "worker {} speaks worker protocol version {}; this orchestrator speaks version {}: upgrade the one \
+                 that is older",
+                req.worker_id.escape_debug(),
+                req.protocol_version,
+                cairn_proto::PROTOCOL_VERSION
+            )));
+        }
         identifier(text::WORKER_ID, &req.worker_id)?;
         for action in &req.actions {
             identifier(text::ACTION_NAME, &action.name)?;
@@ -174,7 +184,11 @@ impl WorkerService for WorkerGrpc {
             .map_err(|e| unavailable(&e))?;
         tracing::info!(worker_id = %req.worker_id, actions = ?names, "worker registered");
         let ttl = u64::try_from(self.engine.config().lease_ttl.as_millis()).unwrap_or(u64::MAX);
-        Ok(Response::new(RegisterResponse { lease_ttl_ms: ttl, heartbeat_interval_ms: (ttl / 4).max(100) }))
+        Ok(Response::new(RegisterResponse {
+            lease_ttl_ms: ttl,
+            heartbeat_interval_ms: (ttl / 4).max(100),
+            protocol_version: cairn_proto::PROTOCOL_VERSION,
+        }))
     }
 
     async fn poll(&self, request: Request<PollRequest>) -> Result<Response<PollResponse>, Status> {

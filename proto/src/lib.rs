@@ -7,6 +7,9 @@ pub mod v1 {
     tonic::include_proto!("cairn.v1");
 }
 
+/// The major version of the worker protocol this crate describes (`RegisterRequest.protocol_version`).
+pub const PROTOCOL_VERSION: u32 = 1;
+
 /// Most completions one `CompleteBatch` may carry; the orchestrator refuses a larger batch whole
 /// (`INVALID_ARGUMENT`).
 pub const MAX_COMPLETE_BATCH_ITEMS: usize = 256;

@@ -31,6 +31,7 @@ fn lookup() -> ActionDescriptor {
         output_schema_json: json!({"type": "object"}).to_string(),
         effect: Effect::Read.into(),
         grounded_args: Vec::new(),
+        example_output_json: Some(json!({"name": "Ann"}).to_string()),
     }
 }
 
@@ -40,7 +41,8 @@ fn plan() -> Value {
 
 async fn register(app: &HttpApp) -> WorkerServiceClient<tonic::transport::Channel> {
     let mut client = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
-    client.register(RegisterRequest { worker_id: "py-1".into(), actions: vec![lookup()] }).await.unwrap();
+    let request = RegisterRequest { worker_id: "py-1".into(), actions: vec![lookup()], protocol_version: 1 };
+    client.register(request).await.unwrap();
     client
 }
 
@@ -132,4 +134,19 @@ async fn a_ready_step_no_connected_worker_serves_says_what_it_waits_for() {
         assert_eq!(who["status"], "ready");
         assert!(who.get("waiting_for").is_none(), "{backend:?}: a connected worker serves it: {who:#}");
     }
+}
+
+#[tokio::test]
+async fn a_worker_speaking_another_protocol_version_is_refused_with_a_clear_message() {
+    let app = HttpApp::start(backends()[0], Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+    let mut client = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
+
+    let future = RegisterRequest { worker_id: "w9".into(), actions: vec![lookup()], protocol_version: 2 };
+    let refused = client.register(future).await.unwrap_err();
+    let unset = RegisterRequest { worker_id: "w0".into(), actions: vec![lookup()], protocol_version: 0 };
+    let old = client.register(unset).await.unwrap().into_inner();
+
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("version 2") && refused.message().contains("version 1"), "{refused:?}");
+    assert_eq!(old.protocol_version, 1, "a worker older than the field is served as version 1");
 }

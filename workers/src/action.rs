@@ -102,6 +102,10 @@ pub trait Action: Send + Sync + 'static {
     fn grounded_args(&self) -> Vec<String> {
         Vec::new()
     }
+    /// An example output, shown to planners and plan previews.
+    fn example_output(&self) -> Option<Self::Output> {
+        None
+    }
     /// Runs one attempt. Must stop promptly when `ctx.cancelled()` fires.
     fn run(
         &self,
@@ -131,6 +135,7 @@ impl<A: Action> DynAction for A {
             output_schema: serde_json::to_value(schemars::schema_for!(A::Output)).unwrap_or(Value::Bool(true)),
             effect: A::EFFECT,
             grounded_args: self.grounded_args(),
+            example_output: self.example_output().and_then(|o| serde_json::to_value(o).ok()),
         }
     }
 

@@ -107,7 +107,11 @@ impl OrchestratorClient {
 
     /// Registers (or refreshes) the worker and its actions.
     pub(crate) async fn register(&self, actions: &[pb::ActionDescriptor]) -> Result<RegisterResponse, Status> {
-        let req = RegisterRequest { worker_id: self.worker_id.to_string(), actions: actions.to_vec() };
+        let req = RegisterRequest {
+            worker_id: self.worker_id.to_string(),
+            actions: actions.to_vec(),
+            protocol_version: cairn_proto::PROTOCOL_VERSION,
+        };
         Ok(self.inner.clone().register(timed(req, CALL_TIMEOUT)).await?.into_inner())
     }
 
@@ -219,6 +223,7 @@ pub(crate) fn descriptor(spec: ActionSpec) -> pb::ActionDescriptor {
         description: spec.description,
         effect: effect.into(),
         grounded_args: spec.grounded_args,
+        example_output_json: spec.example_output.map(|v| v.to_string()),
     }
 }
 

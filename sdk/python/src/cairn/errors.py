@@ -59,8 +59,10 @@ class Retryable(ActionFailure):
     """Another attempt may succeed (a rate limit, a service briefly down).
 
     ``retry_after`` (seconds) delays the next attempt at least that long; a longer backoff still wins. The step is
-    retried under its retry policy only when it is idempotent; a non-idempotent step whose action may have acted
-    goes to ``outcome_unknown`` instead (raise :class:`DidNotTakeEffect` when it certainly did not act).
+    retried under its retry policy only when it is idempotent; a non-idempotent step fails instead, since the
+    handler reports a definite failure (raise :class:`DidNotTakeEffect` when the action certainly did not act, and
+    it is retried). Only an attempt whose end is unknown — a timeout, a lost worker — parks a non-idempotent step
+    as ``outcome_unknown``.
 
     >>> raise cairn.Retryable("rate_limited", "the CRM answered 429", retry_after=30)
     """

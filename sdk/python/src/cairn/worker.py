@@ -51,6 +51,8 @@ __all__ = ["Worker"]
 log = logging.getLogger("cairn.worker")
 
 CALL_TIMEOUT = 30.0
+# The worker protocol's major version this SDK speaks (`RegisterRequest.protocol_version`).
+PROTOCOL_VERSION = 1
 POLL_SLACK = 10.0
 RETURN_WAIT = 10.0
 WORKER_SHUTDOWN = "worker_shutdown"
@@ -384,14 +386,19 @@ class Worker:
                 log.warning("gave up returning %d unstarted attempt(s); their leases will expire", len(pending))
 
     def _descriptor(self, act: Action) -> pb.ActionDescriptor:
-        return pb.ActionDescriptor(
+        descriptor = pb.ActionDescriptor(
             name=act.name, version=act.version, description=act.description,
             args_schema_json=dumps(act.args_schema), output_schema_json=dumps(act.output_schema),
             effect=_EFFECTS[act.effect], grounded_args=act.grounded_args,
         )
+        if act.example_output is not None:
+            descriptor.example_output_json = dumps(act.example_output)
+        return descriptor
 
     async def _register_once(self) -> pb.RegisterResponse:
-        request = pb.RegisterRequest(worker_id=self.worker_id, actions=self._descriptors)
+        request = pb.RegisterRequest(
+            worker_id=self.worker_id, actions=self._descriptors, protocol_version=PROTOCOL_VERSION
+        )
         return await self._stub.Register(request, timeout=CALL_TIMEOUT, metadata=self._metadata)
 
     async def _register_until_done(self) -> pb.RegisterResponse | None:

@@ -33,7 +33,7 @@ REPORT_OUTCOME_OUTCOME_UNKNOWN: ReportOutcome
 REPORT_OUTCOME_STALE: ReportOutcome
 
 class ActionDescriptor(_message.Message):
-    __slots__ = ("name", "version", "description", "args_schema_json", "output_schema_json", "effect", "grounded_args")
+    __slots__ = ("name", "version", "description", "args_schema_json", "output_schema_json", "effect", "grounded_args", "example_output_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class ActionDescriptor(_message.Message):
     OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     EFFECT_FIELD_NUMBER: _ClassVar[int]
     GROUNDED_ARGS_FIELD_NUMBER: _ClassVar[int]
+    EXAMPLE_OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     description: str
@@ -48,23 +49,28 @@ class ActionDescriptor(_message.Message):
     output_schema_json: str
     effect: Effect
     grounded_args: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., args_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., effect: _Optional[_Union[Effect, str]] = ..., grounded_args: _Optional[_Iterable[str]] = ...) -> None: ...
+    example_output_json: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., args_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., effect: _Optional[_Union[Effect, str]] = ..., grounded_args: _Optional[_Iterable[str]] = ..., example_output_json: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "actions")
+    __slots__ = ("worker_id", "actions", "protocol_version")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     actions: _containers.RepeatedCompositeFieldContainer[ActionDescriptor]
-    def __init__(self, worker_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionDescriptor, _Mapping]]] = ...) -> None: ...
+    protocol_version: int
+    def __init__(self, worker_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionDescriptor, _Mapping]]] = ..., protocol_version: _Optional[int] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("lease_ttl_ms", "heartbeat_interval_ms")
+    __slots__ = ("lease_ttl_ms", "heartbeat_interval_ms", "protocol_version")
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     lease_ttl_ms: int
     heartbeat_interval_ms: int
-    def __init__(self, lease_ttl_ms: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+    protocol_version: int
+    def __init__(self, lease_ttl_ms: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., protocol_version: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("run_id", "step_id", "attempt")
