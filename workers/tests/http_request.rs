@@ -1,5 +1,6 @@
-//! `http.request` against local servers: what is sent, how failures are classified, that cancellation closes
-//! the connection, and which destinations are refused.
+//! `http.request` against local servers: what is sent, how failures are classified (a response by its status;
+//! no answer by whether the request can have been received), that cancellation closes the connection, and which
+//! destinations are refused.
 
 mod support;
 
@@ -13,6 +14,7 @@ use axum::routing::{any, get};
 use cairn_workers::action::{Action, ActionError};
 use cairn_workers::actions::http::{HttpArgs, HttpConfig, HttpRequest};
 use serde_json::{Value, json};
+use support::RawAnswer;
 use tokio::sync::oneshot;
 
 fn args(value: Value) -> HttpArgs {
@@ -32,7 +34,7 @@ async fn status_server() -> std::net::SocketAddr {
         .route("/text", get(|| async { "plain words" }))
         .route(
             "/status/{code}",
-            get(|axum::extract::Path(code): axum::extract::Path<u16>| async move {
+            any(|axum::extract::Path(code): axum::extract::Path<u16>| async move {
                 let status = StatusCode::from_u16(code).expect("valid status");
                 let retry_after = if matches!(code, 429 | 503) { "7" } else { "" };
                 let mut headers = HeaderMap::new();
@@ -45,6 +47,12 @@ async fn status_server() -> std::net::SocketAddr {
         .route(
             "/redirect-to-metadata",
             get(|| async { axum::response::Redirect::temporary("http://169.254.169.254/") }),
+        )
+        .route(
+            "/redirect-to/{port}",
+            any(|axum::extract::Path(port): axum::extract::Path<u16>| async move {
+                axum::response::Redirect::temporary(&format!("http://127.0.0.1:{port}/"))
+            }),
         );
     support::serve(router).await
 }
@@ -93,17 +101,86 @@ async fn statuses_are_classified_into_retryable_and_permanent_failures() {
         assert_eq!(err.retryable, retryable, "HTTP {status} retryable = {retryable}");
         assert_eq!(err.retry_after, retry_after.map(Duration::from_secs), "HTTP {status} honours Retry-After");
         assert_eq!(err.details["status"], status);
+        assert!(!err.did_not_take_effect, "HTTP {status} is an answer: the request was received");
     }
     let bad = call(json!({"url": format!("http://{addr}/status/400")})).await.expect_err("400");
     assert!(!bad.retryable && bad.code == "action_error", "other 4xx are permanent: {bad:?}");
 }
 
 #[tokio::test]
+async fn a_503_of_a_post_is_a_response_decided_by_its_status_not_an_ambiguous_failure() {
+    let addr = status_server().await;
+    let err = call(json!({"method": "POST", "url": format!("http://{addr}/status/503"), "body": {"n": 1}}))
+        .await
+        .expect_err("503");
+    assert_eq!(err.code, "action_error", "a 5xx keeps its status code, never `transport_error`: {err:?}");
+    assert!(err.retryable && !err.did_not_take_effect, "retryable for an idempotent step, failed for another");
+    assert_eq!(err.details["status"], 503);
+}
+
+#[tokio::test]
 async fn a_refused_connection_is_retryable_and_did_not_take_effect() {
     let port = support::closed_port();
-    let err = call(json!({"url": format!("http://127.0.0.1:{port}/")})).await.expect_err("nothing listens");
+    let err =
+        call(json!({"method": "POST", "url": format!("http://127.0.0.1:{port}/")})).await.expect_err("nothing listens");
+    assert_eq!(err.code, "action_error");
     assert!(err.retryable, "connect errors are retryable: {err:?}");
     assert!(err.did_not_take_effect, "nothing was sent, so even a non-idempotent step may retry");
+    assert_eq!(err.details["request"], "not_sent");
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_resolve_did_not_take_effect() {
+    let err =
+        call(json!({"method": "POST", "url": "http://nonexistent.invalid/hook"})).await.expect_err("no such name");
+    assert_eq!(err.code, "action_error", "{err:?}");
+    assert!(err.retryable && err.did_not_take_effect, "a DNS failure sends nothing: {err:?}");
+    assert_eq!(err.details["request"], "not_sent");
+}
+
+#[tokio::test]
+async fn a_connection_reset_after_the_request_was_read_may_have_taken_effect() {
+    for answer in [RawAnswer::Reset, RawAnswer::Close] {
+        let (addr, requests) = support::raw_server(answer).await;
+
+        let err = call(json!({"method": "POST", "url": format!("http://{addr}/charge"), "body": {"amount": 5}}))
+            .await
+            .expect_err("no answer");
+
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1, "{answer:?}: the server read the request");
+        assert_eq!(err.code, "transport_error", "{answer:?}: an ambiguous code, so non-idempotent → outcome_unknown");
+        assert!(err.retryable, "{answer:?}: an idempotent step may simply retry");
+        assert!(!err.did_not_take_effect, "{answer:?}: the server had the request: {err:?}");
+        assert_eq!(err.details["request"], "maybe_sent");
+        assert!(err.message.contains("may have been received"), "{answer:?}: {}", err.message);
+    }
+}
+
+#[tokio::test]
+async fn a_server_silent_past_the_request_timeout_may_have_taken_effect() {
+    let (addr, requests) = support::raw_server(RawAnswer::Silent).await;
+
+    let err = call(json!({"method": "POST", "url": format!("http://{addr}/slow"), "timeout_ms": 300}))
+        .await
+        .expect_err("times out");
+
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1, "the server read the request");
+    assert_eq!(err.code, "timeout", "{err:?}");
+    assert!(err.retryable && !err.did_not_take_effect, "the server may have acted on it: {err:?}");
+    assert_eq!(err.details["request"], "maybe_sent");
+}
+
+#[tokio::test]
+async fn a_refused_connection_after_an_answered_redirect_may_have_taken_effect() {
+    let addr = status_server().await;
+    let closed = support::closed_port();
+
+    let err = call(json!({"method": "POST", "url": format!("http://{addr}/redirect-to/{closed}")}))
+        .await
+        .expect_err("the redirect target refuses");
+
+    assert_eq!(err.code, "transport_error", "the first request was answered (307), so it was sent: {err:?}");
+    assert!(!err.did_not_take_effect, "{err:?}");
 }
 
 #[tokio::test]
