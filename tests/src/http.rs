@@ -280,6 +280,17 @@ pub fn cairn_bin() -> PathBuf {
     bin
 }
 
+/// The setting every test worker gets: `cairn worker` refuses loopback destinations by default, and the tests'
+/// stubs are on 127.0.0.1.
+pub const ALLOW_LOOPBACK: (&str, &str) = ("CAIRN_HTTP_ALLOW_LOOPBACK", "true");
+
+/// `envs` with [`ALLOW_LOOPBACK`] first, so an entry of `envs` for the same variable wins.
+pub fn with_loopback_allowed<'a>(envs: &[(&'a str, String)]) -> Vec<(&'a str, String)> {
+    let mut all = vec![(ALLOW_LOOPBACK.0, ALLOW_LOOPBACK.1.to_owned())];
+    all.extend_from_slice(envs);
+    all
+}
+
 /// A `cairn` command with a clean environment for Cairn (no inherited `CAIRN_*`), run in `dir` so no stray
 /// `cairn.toml` is read, with `envs` set.
 fn command(dir: &Path, args: &[&str], envs: &[(&str, String)]) -> Command {
@@ -305,9 +316,10 @@ pub struct CairnProcess {
 impl CairnProcess {
     /// Spawns `cairn worker --server GRPC_URL [FLAGS…]` in `dir` with `envs` (action settings such as
     /// `CAIRN_WEATHER_FORECAST_URL`); logs to `dir/<name>.log`. `TMPDIR` is `dir`, so the notify ledger's
-    /// default location is private to the test.
+    /// default location is private to the test. The tests' stubs listen on 127.0.0.1, so the worker allows
+    /// `http.request` to reach loopback ([`ALLOW_LOOPBACK`]) unless `envs` sets `CAIRN_HTTP_ALLOW_LOOPBACK`.
     pub fn worker(name: &str, grpc_url: &str, dir: &Path, flags: &[&str], envs: &[(&str, String)]) -> CairnProcess {
-        let mut envs = envs.to_vec();
+        let mut envs = with_loopback_allowed(envs);
         envs.push(("TMPDIR", dir.display().to_string()));
         let mut args = vec!["worker", "--server", grpc_url];
         args.extend_from_slice(flags);

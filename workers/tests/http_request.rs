@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{any, get};
 use cairn_workers::action::{Action, ActionError};
+use cairn_workers::actions::address::AddressPolicy;
 use cairn_workers::actions::http::{HttpArgs, HttpConfig, HttpRequest};
 use serde_json::{Value, json};
 use support::RawAnswer;
@@ -57,8 +58,17 @@ async fn status_server() -> std::net::SocketAddr {
     support::serve(router).await
 }
 
+/// The tests' servers are on 127.0.0.1, so their worker allows loopback (as `CAIRN_HTTP_ALLOW_LOOPBACK` does).
+fn loopback_allowed() -> HttpConfig {
+    HttpConfig { addresses: AddressPolicy { allow_loopback: true, ..AddressPolicy::default() } }
+}
+
+async fn call_with(config: HttpConfig, value: Value) -> Result<cairn_workers::actions::http::HttpOutput, ActionError> {
+    HttpRequest::new(config).run(args(value), &support::ctx("fetch")).await
+}
+
 async fn call(value: Value) -> Result<cairn_workers::actions::http::HttpOutput, ActionError> {
-    HttpRequest::new(HttpConfig::default()).run(args(value), &support::ctx("fetch")).await
+    call_with(loopback_allowed(), value).await
 }
 
 #[tokio::test]
@@ -184,22 +194,67 @@ async fn a_refused_connection_after_an_answered_redirect_may_have_taken_effect()
 }
 
 #[tokio::test]
-async fn link_local_and_metadata_destinations_are_refused_unless_allowed() {
-    for url in ["http://169.254.169.254/latest/meta-data/", "http://[fe80::1]/", "http://metadata.google.internal/"] {
-        let err = call(json!({"url": url})).await.expect_err("refused");
+async fn link_local_and_metadata_destinations_are_refused_even_where_local_addresses_are_allowed() {
+    let local = || HttpConfig { addresses: AddressPolicy::local() };
+    for url in [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://2852039166/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[fe80::1]/",
+        "http://metadata.google.internal/",
+    ] {
+        let err = call_with(local(), json!({"url": url})).await.expect_err("refused");
         assert_eq!(err.code, "invalid_args", "{url} must be refused");
-        assert!(!err.retryable && err.did_not_take_effect);
+        assert!(!err.retryable && err.did_not_take_effect, "nothing was sent to {url}");
+        assert!(err.message.contains("no setting allows it"), "{url}: {}", err.message);
+        assert_eq!(err.details["refused"], "link_local_or_metadata");
     }
     let addr = status_server().await;
-    let err = call(json!({"url": format!("http://{addr}/redirect-to-metadata")})).await.expect_err("redirect refused");
+    let err = call_with(local(), json!({"url": format!("http://{addr}/redirect-to-metadata")}))
+        .await
+        .expect_err("redirect refused");
     assert_eq!(err.code, "invalid_args", "a redirect must not reach a metadata address: {err:?}");
+    assert!(err.message.contains("169.254.169.254"), "{}", err.message);
+}
 
-    let allowed = HttpRequest::new(HttpConfig { allow_link_local: true });
-    let mut short = support::ctx("fetch");
-    short.deadline = tokio::time::Instant::now() + Duration::from_millis(300);
-    let err =
-        allowed.run(args(json!({"url": "http://169.254.169.254/"})), &short).await.expect_err("no such host here");
-    assert_ne!(err.code, "invalid_args", "with allow_link_local the request is attempted: {err:?}");
+#[tokio::test]
+async fn a_worker_that_does_not_allow_loopback_sends_nothing_to_the_local_host() {
+    let (addr, requests) = support::raw_server(RawAnswer::Close).await;
+    let port = addr.port();
+    for url in [
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://localhost:{port}/"),
+        format!("http://[::ffff:127.0.0.1]:{port}/"),
+    ] {
+        let err = call_with(HttpConfig::default(), json!({"method": "POST", "url": url})).await.expect_err("refused");
+        assert_eq!(err.code, "invalid_args", "{url}: {err:?}");
+        assert!(!err.retryable && err.did_not_take_effect, "{url}: {err:?}");
+        assert!(err.message.contains("http_allow_loopback"), "the refusal names the setting: {}", err.message);
+        assert_eq!(err.details["refused"], "loopback");
+    }
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 0, "no request reached the server");
+}
+
+#[tokio::test]
+async fn a_listed_host_is_reached_on_its_port_although_loopback_is_refused() {
+    let addr = status_server().await;
+    let other = status_server().await;
+    let listed = || HttpConfig {
+        addresses: AddressPolicy {
+            allow_hosts: vec![format!("127.0.0.1:{}", addr.port()).parse().expect("an entry")],
+            ..AddressPolicy::default()
+        },
+    };
+
+    let out = call_with(listed(), json!({"url": format!("http://{addr}/text")})).await.expect("listed");
+    assert_eq!(out.status, 200);
+    let err = call_with(listed(), json!({"url": format!("http://{other}/text")})).await.expect_err("not listed");
+    assert_eq!(err.details["refused"], "loopback", "{err:?}");
+    let err = call_with(listed(), json!({"url": format!("http://{addr}/redirect-to/{}", other.port())}))
+        .await
+        .expect_err("a redirect to an unlisted port");
+    assert_eq!(err.code, "invalid_args", "the redirect target is checked like the URL: {err:?}");
 }
 
 /// Sends on drop: tells the test the handler's future was dropped, i.e. the server saw the client go away.
@@ -238,7 +293,7 @@ async fn cancelling_the_context_aborts_the_request_and_closes_the_connection() {
     );
     let addr = support::serve(router).await;
     let ctx = support::ctx("slow");
-    let action = HttpRequest::new(HttpConfig::default());
+    let action = HttpRequest::new(loopback_allowed());
     let call = {
         let ctx = ctx.clone();
         tokio::spawn(async move { action.run(args(json!({"url": format!("http://{addr}/slow")})), &ctx).await })
@@ -266,7 +321,7 @@ async fn the_attempt_deadline_bounds_the_request() {
     let addr = support::serve(router).await;
     let mut ctx = support::ctx("slow");
     ctx.deadline = tokio::time::Instant::now() + Duration::from_millis(200);
-    let err = HttpRequest::new(HttpConfig::default())
+    let err = HttpRequest::new(loopback_allowed())
         .run(args(json!({"url": format!("http://{addr}/slow")})), &ctx)
         .await
         .expect_err("times out");

@@ -2,6 +2,7 @@
 //! orchestrator knows what a retry can fix.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::catalog::Effect;
@@ -12,7 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::address::check_url;
+use super::address::{self, AddressPolicy};
 use super::transport::{self, Client, Exchange};
 use crate::action::{Action, ActionError};
 use crate::context::ActionContext;
@@ -28,10 +29,9 @@ const WHAT: &str = "http.request";
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct HttpConfig {
-    /// Permit link-local (`169.254.0.0/16`, `fe80::/10`) and cloud metadata destinations
-    /// (`169.254.169.254`, `metadata.google.internal`). Off by default: a plan must not read instance
-    /// credentials. Loopback and private addresses are always allowed.
-    pub allow_link_local: bool,
+    /// Which destinations a step may reach (see [`super::address`]). Link-local and cloud metadata addresses
+    /// are always refused; `Default` refuses loopback and private ranges too.
+    pub addresses: AddressPolicy,
 }
 
 /// HTTP method of `http.request` (upper case in JSON).
@@ -113,29 +113,27 @@ pub struct HttpOutput {
 /// - a body over [`MAX_BODY_BYTES`]: permanent `output_too_large`.
 #[derive(Debug)]
 pub struct HttpRequest {
-    config: HttpConfig,
+    addresses: Arc<AddressPolicy>,
     client: Client,
 }
 
 impl HttpRequest {
-    /// An `http.request` with its own client (the address guard is wired into DNS resolution and redirects
-    /// unless `config.allow_link_local`).
+    /// An `http.request` with its own client, the address guard wired into DNS resolution and redirects.
     pub fn new(config: HttpConfig) -> Self {
-        let client = Client::new(transport::builder(!config.allow_link_local).build());
-        Self { config, client }
+        let addresses = Arc::new(config.addresses);
+        let client = Client::new(transport::builder(Some(Arc::clone(&addresses))).build());
+        Self { addresses, client }
     }
 
-    fn build(&self, args: HttpArgs, ctx: &ActionContext) -> Result<reqwest::RequestBuilder, ActionError> {
+    fn build(&self, args: HttpArgs, ctx: &ActionContext) -> Result<(Url, reqwest::RequestBuilder), ActionError> {
         let invalid = |message: String| ActionError::permanent(codes::INVALID_ARGS, message).did_not_take_effect();
         let url = Url::parse(&args.url).map_err(|e| invalid(format!("invalid url `{}`: {e}", args.url)))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(invalid(format!("url `{url}` must be http or https")));
         }
-        if !self.config.allow_link_local {
-            check_url(&url).map_err(|refused| transport::refused(WHAT, &refused, Exchange::default()))?;
-        }
+        self.addresses.check_url(&url).map_err(|refused| transport::refused(WHAT, &refused, Exchange::default()))?;
         let has = |name: &str| args.headers.keys().any(|k| k.eq_ignore_ascii_case(name));
-        let mut request = self.client.get()?.request(args.method.into(), url);
+        let mut request = self.client.get()?.request(args.method.into(), url.clone());
         if !has("idempotency-key") {
             request = request.header("Idempotency-Key", &ctx.idempotency_key);
         }
@@ -158,7 +156,7 @@ impl HttpRequest {
             Some(json) => request.json(&json),
         };
         let limit = args.timeout_ms.map_or(Duration::MAX, Duration::from_millis);
-        Ok(request.timeout(limit.min(ctx.remaining())))
+        Ok((url, request.timeout(limit.min(ctx.remaining()))))
     }
 }
 
@@ -200,8 +198,8 @@ impl Action for HttpRequest {
     const EFFECT: Effect = Effect::NonIdempotent;
 
     async fn run(&self, args: HttpArgs, ctx: &ActionContext) -> Result<HttpOutput, ActionError> {
-        let request = self.build(args, ctx)?;
-        let response = transport::send(ctx, WHAT, request).await?;
+        let (url, request) = self.build(args, ctx)?;
+        let response = address::guarded(&url, transport::send(ctx, WHAT, request)).await?;
         let status = response.status();
         let headers = response.headers().clone();
         if status.as_u16() >= 400 {

@@ -120,7 +120,7 @@ impl LlmChat {
 /// # Errors
 /// The HTTP client cannot be built (no TLS backend); not retryable.
 pub fn openai_client(config: &LlmConfig) -> Result<async_openai::Client<OpenAIConfig>, reqwest::Error> {
-    let http = transport::builder(false).build()?;
+    let http = transport::builder(None).build()?;
     let openai = OpenAIConfig::new()
         .with_api_base(config.base_url.trim_end_matches('/'))
         .with_api_key(config.api_key.clone().unwrap_or_default())

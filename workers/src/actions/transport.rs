@@ -30,6 +30,7 @@
 
 use std::cell::Cell;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::failure::codes;
@@ -37,7 +38,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{Response, StatusCode, redirect};
 use serde_json::json;
 
-use super::address::{GuardedResolver, Refused, check_url, find_refused};
+use super::address::{AddressPolicy, GuardedResolver, Refused, find_refused};
 use super::cancelled;
 use crate::action::ActionError;
 use crate::context::ActionContext;
@@ -67,7 +68,7 @@ impl Client {
 
     /// A client with Cairn's defaults and no address guard (for endpoints the operator configured).
     pub(crate) fn standard() -> Self {
-        Self::new(builder(false).build())
+        Self::new(builder(None).build())
     }
 
     /// The client, or a permanent `action_error` when it could not be built.
@@ -82,21 +83,24 @@ impl Client {
 pub(crate) const USER_AGENT: &str = concat!("cairn-worker/", env!("CARGO_PKG_VERSION"));
 
 /// A client builder with Cairn's defaults: the user agent, and a redirect policy that follows at most 10
-/// redirects and records each one for [`send_error`]. With `guarded`, every redirect target and every address a
-/// name resolves to is checked by the address guard as well (see [`super::address`]). reqwest retries on its
-/// own only what the server refused unprocessed (HTTP/2 `REFUSED_STREAM`, a graceful `GOAWAY`).
-pub(crate) fn builder(guarded: bool) -> reqwest::ClientBuilder {
+/// redirects and records each one for [`send_error`]. With `guard`, every redirect target and every address a
+/// name resolves to is checked against it as well (see [`super::address`]). reqwest retries on its own only
+/// what the server refused unprocessed (HTTP/2 `REFUSED_STREAM`, a graceful `GOAWAY`).
+pub(crate) fn builder(guard: Option<Arc<AddressPolicy>>) -> reqwest::ClientBuilder {
     super::install_crypto_provider();
     let mut builder = reqwest::Client::builder().user_agent(USER_AGENT);
-    if guarded {
-        builder = builder.dns_resolver(GuardedResolver);
+    if let Some(policy) = &guard {
+        builder = builder.dns_resolver(GuardedResolver::new(Arc::clone(policy)));
     }
     let limit = redirect::Policy::limited(MAX_REDIRECTS);
     builder.redirect(redirect::Policy::custom(move |attempt| {
         // Outside `exchange` (a client used elsewhere) there is nothing to record.
         let _ = REDIRECTED.try_with(|redirected| redirected.set(true));
-        if guarded && let Err(refused) = check_url(attempt.url()) {
-            return attempt.error(refused);
+        if let Some(policy) = &guard {
+            match policy.check_url(attempt.url()) {
+                Err(refused) => return attempt.error(refused),
+                Ok(()) => super::address::note_destination(attempt.url()),
+            }
         }
         limit.redirect(attempt)
     }))
@@ -181,7 +185,8 @@ impl Reach {
 }
 
 /// Classifies a request that got no (complete) answer, as in the module's table. `details.request` says
-/// `not_sent` or `maybe_sent`; a refusal by the address guard carries its `details.destination`.
+/// `not_sent` or `maybe_sent`; a refusal by the address guard carries its `details.destination` and
+/// `details.refused` (`loopback`, `private` or `never`).
 pub(crate) fn send_error(what: &str, error: &reqwest::Error, exchange: Exchange) -> ActionError {
     if let Some(refused) = find_refused(error) {
         return self::refused(what, refused, exchange);
@@ -209,8 +214,9 @@ pub(crate) fn send_error(what: &str, error: &reqwest::Error, exchange: Exchange)
 /// unless a redirect was answered first (the refused hop is then not the first request).
 pub(crate) fn refused(what: &str, refused: &Refused, exchange: Exchange) -> ActionError {
     let reach = if exchange.redirected { Reach::MaybeSent } else { Reach::NotSent };
-    let error = ActionError::permanent(codes::INVALID_ARGS, format!("{what}: {refused}"))
-        .details(json!({"request": reach.detail(), "destination": refused.0}));
+    let error = ActionError::permanent(codes::INVALID_ARGS, format!("{what}: {refused}")).details(json!({
+        "request": reach.detail(), "destination": refused.destination, "refused": refused.range.name()
+    }));
     if exchange.redirected { error } else { error.did_not_take_effect() }
 }
 
