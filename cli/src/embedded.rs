@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::command::serve::server_config;
-use crate::settings::Settings;
+use crate::settings::{LocalDefault, Settings};
 
 /// A running embedded orchestrator and worker.
 pub struct Embedded {
@@ -41,13 +41,15 @@ impl Embedded {
 }
 
 /// Starts the orchestrator (no auth: local only) and a worker serving the built-in actions. With `demo`, the
-/// weather action is pointed at a local fixture so nothing leaves the machine.
+/// weather action is pointed at a local fixture so nothing leaves the machine. `http.request` may reach loopback
+/// and private addresses unless the settings say otherwise (a developer's machine, see [`LocalDefault`]).
 ///
 /// # Errors
 /// Database or listener failures.
 pub async fn start(settings: &Settings, demo: bool) -> anyhow::Result<Embedded> {
     let server = Server::start_steady(server_config(settings, false)).await?;
     let mut actions = actions_from_env();
+    actions.http.addresses = settings.address_policy(LocalDefault::Allow);
     if demo {
         let base = crate::demo::start().await?;
         actions.weather.geocoding_base_url.clone_from(&base);
@@ -68,7 +70,8 @@ pub async fn start(settings: &Settings, demo: bool) -> anyhow::Result<Embedded> 
     Ok(Embedded { server, stop_worker: Some(stop_worker), worker })
 }
 
-/// Built-in action settings from the environment (see the README's configuration section).
+/// Built-in action settings from the environment (see the README's configuration section). `http.request`'s
+/// address policy comes from [`Settings::address_policy`] instead; this leaves it at its default (refusing).
 pub fn actions_from_env() -> ActionsConfig {
     let mut config = ActionsConfig::default();
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());

@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::Context;
+use cairn_workers::actions::address::{AddressPolicy, AllowedHost};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Every setting, with its default.
 #[derive(Clone, Serialize, Deserialize)]
@@ -43,6 +44,44 @@ pub struct Settings {
     /// PostgreSQL only: how long to wait for a connection or an answer before treating the connection as lost,
     /// in milliseconds (also the `idle_in_transaction_session_timeout` of Cairn's sessions where none is set).
     pub db_answer_deadline_ms: u64,
+    /// Whether `http.request` may reach the worker's own host (`127.0.0.0/8`, `::1`, …). Unset: refused by
+    /// `cairn worker`, allowed by the in-process worker of `cairn dev` and `cairn run` (see [`LocalDefault`]).
+    pub http_allow_loopback: Option<bool>,
+    /// Whether `http.request` may reach private networks (`10/8`, `172.16/12`, `192.168/16`, `100.64/10`,
+    /// `fc00::/7`). Unset: as `http_allow_loopback`.
+    pub http_allow_private: Option<bool>,
+    /// Hosts `http.request` may reach even when loopback or private, as `host` or `host:port` (`[v6]:port`);
+    /// never link-local or metadata addresses. In the environment: comma-separated.
+    #[serde(deserialize_with = "host_list")]
+    pub http_allow_hosts: Vec<AllowedHost>,
+}
+
+/// What `http.request` may reach when the settings leave `http_allow_loopback` or `http_allow_private` unset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalDefault {
+    /// `cairn worker`: a worker may run next to services a plan must not reach.
+    Refuse,
+    /// The in-process worker of `cairn dev` and `cairn run`: a developer's machine, calling local services.
+    Allow,
+}
+
+/// `http_allow_hosts`: a list (TOML) or one comma-separated string (the environment), each entry checked.
+fn host_list<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<AllowedHost>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Hosts {
+        List(Vec<String>),
+        Text(String),
+    }
+    let entries = match Hosts::deserialize(deserializer)? {
+        Hosts::List(entries) => entries,
+        Hosts::Text(text) => text.split(',').map(str::to_owned).collect(),
+    };
+    entries
+        .iter()
+        .filter(|entry| !entry.trim().is_empty())
+        .map(|entry| entry.parse().map_err(|e| serde::de::Error::custom(format!("http_allow_hosts: {e}"))))
+        .collect()
 }
 
 impl std::fmt::Debug for Settings {
@@ -75,12 +114,15 @@ impl Default for Settings {
             max_edges: cairn_core::validate::Limits::default().max_edges,
             shutdown_grace_ms: 10_000,
             db_answer_deadline_ms: u64::try_from(cairn_store::DEFAULT_ANSWER_DEADLINE.as_millis()).unwrap_or(30_000),
+            http_allow_loopback: None,
+            http_allow_private: None,
+            http_allow_hosts: Vec::new(),
         }
     }
 }
 
 /// The settings keys, as environment variables take them (`CAIRN_DB`, `CAIRN_API_TOKEN`, …).
-const KEYS: [&str; 14] = [
+const KEYS: [&str; 17] = [
     "db",
     "http",
     "grpc",
@@ -95,6 +137,9 @@ const KEYS: [&str; 14] = [
     "max_edges",
     "shutdown_grace_ms",
     "db_answer_deadline_ms",
+    "http_allow_loopback",
+    "http_allow_private",
+    "http_allow_hosts",
 ];
 
 impl Settings {
@@ -116,6 +161,16 @@ impl Settings {
         figment.extract().context("reading configuration (defaults, cairn.toml, CAIRN_* environment)")
     }
 
+    /// The destinations `http.request` may reach, for a worker whose unset allowances default to `default`.
+    pub fn address_policy(&self, default: LocalDefault) -> AddressPolicy {
+        let allow = default == LocalDefault::Allow;
+        AddressPolicy {
+            allow_loopback: self.http_allow_loopback.unwrap_or(allow),
+            allow_private: self.http_allow_private.unwrap_or(allow),
+            allow_hosts: self.http_allow_hosts.clone(),
+        }
+    }
+
     /// Engine settings derived from these.
     pub fn engine(&self) -> cairn_orchestrator::EngineConfig {
         let lease_ttl = std::time::Duration::from_millis(self.lease_ttl_ms);
@@ -131,5 +186,63 @@ impl Settings {
             },
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+// `figment::Jail` fixes the closures' error type (`figment::Error`, large).
+#[allow(clippy::result_large_err)]
+mod tests {
+    use super::*;
+
+    /// `figment::Jail` runs each closure in a scratch working directory with its own environment, one at a time.
+    fn load_in_jail(check: impl FnOnce(&mut figment::Jail) -> figment::error::Result<()>) {
+        figment::Jail::expect_with(check);
+    }
+
+    #[test]
+    fn a_worker_refuses_local_addresses_and_dev_allows_them_unless_the_settings_say() {
+        load_in_jail(|_| {
+            let settings = Settings::load(None).expect("defaults load");
+            let worker = settings.address_policy(LocalDefault::Refuse);
+            assert!(!worker.allow_loopback && !worker.allow_private, "cairn worker refuses by default: {worker:?}");
+            let dev = settings.address_policy(LocalDefault::Allow);
+            assert!(dev.allow_loopback && dev.allow_private, "cairn dev allows by default: {dev:?}");
+            Ok(())
+        });
+        load_in_jail(|jail| {
+            jail.create_file("cairn.toml", "http_allow_private = true\nhttp_allow_loopback = false\n")?;
+            let settings = Settings::load(None).expect("the file loads");
+            let worker = settings.address_policy(LocalDefault::Refuse);
+            assert!(worker.allow_private && !worker.allow_loopback, "the file decides: {worker:?}");
+            let dev = settings.address_policy(LocalDefault::Allow);
+            assert!(!dev.allow_loopback, "an explicit `false` holds for cairn dev too: {dev:?}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_environment_sets_the_allowances_and_a_comma_separated_host_list() {
+        load_in_jail(|jail| {
+            jail.create_file("cairn.toml", "http_allow_hosts = [\"ignored.example:1\"]\n")?;
+            jail.set_env("CAIRN_HTTP_ALLOW_LOOPBACK", "true");
+            jail.set_env("CAIRN_HTTP_ALLOW_HOSTS", "127.0.0.1:8080, svc.internal ,[::1]:9000");
+            let policy = Settings::load(None).expect("the environment loads").address_policy(LocalDefault::Refuse);
+            assert!(policy.allow_loopback && !policy.allow_private, "{policy:?}");
+            let hosts: Vec<String> = policy.allow_hosts.iter().map(ToString::to_string).collect();
+            assert_eq!(hosts, ["127.0.0.1:8080", "svc.internal", "[::1]:9000"], "the environment wins over the file");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_malformed_allowed_host_is_refused_at_load_naming_the_setting() {
+        load_in_jail(|jail| {
+            jail.set_env("CAIRN_HTTP_ALLOW_HOSTS", "svc.internal:notaport");
+            let error = Settings::load(None).expect_err("a bad entry");
+            let text = format!("{error:#}");
+            assert!(text.contains("http_allow_hosts") && text.contains("svc.internal:notaport"), "{text}");
+            Ok(())
+        });
     }
 }

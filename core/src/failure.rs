@@ -15,6 +15,10 @@ pub mod codes {
     pub const HEARTBEAT_TIMEOUT: &str = "heartbeat_timeout";
     /// The worker stopped renewing its lease (crash, partition); retryable for idempotent steps.
     pub const LEASE_LOST: &str = "lease_lost";
+    /// The request may have reached the remote service, but the connection failed before a complete answer
+    /// arrived (reset or closed after the request was written, a broken response body). Ambiguous like
+    /// `timeout`: retryable for idempotent steps, `outcome_unknown` for non-idempotent ones.
+    pub const TRANSPORT_ERROR: &str = "transport_error";
     /// The action reported an error.
     pub const ACTION_ERROR: &str = "action_error";
     /// The resolved args were rejected by the action (not retryable).

@@ -306,7 +306,7 @@ fn non_retryable_failure_fails_at_once() {
 
 #[test]
 fn ambiguous_failure_of_a_non_idempotent_step_is_outcome_unknown_and_never_retried() {
-    for code in [codes::TIMEOUT, codes::LEASE_LOST, codes::HEARTBEAT_TIMEOUT] {
+    for code in [codes::TIMEOUT, codes::LEASE_LOST, codes::HEARTBEAT_TIMEOUT, codes::TRANSPORT_ERROR] {
         let (mut graph, _) = start(json!([
             {"id": "send", "action": "notify.send", "args": {"text": "hi"}, "retry": fixed_retry(5)},
             {"id": "after", "action": "noop", "depends_on": ["send"]}
@@ -572,8 +572,10 @@ fn jitter_sample_picks_inside_the_backoff_range() {
 fn after_failure_decision_table() {
     let p = policy(3);
     let ambiguous = |code| Failure::new(code, "?", false);
+    // The connection failed after the request was written: retryable, but it may have taken effect.
+    let transport_error = || Failure::new(codes::TRANSPORT_ERROR, "connection reset after the request", true);
     let no_effect = Failure { did_not_take_effect: true, ..transient() };
-    let cases: [(&str, u32, bool, Failure, AfterFailure); 9] = [
+    let cases: [(&str, u32, bool, Failure, AfterFailure); 11] = [
         ("idempotent transient", 1, true, transient(), retry_in(1_000)),
         ("idempotent permanent", 1, true, permanent(codes::ACTION_ERROR), AfterFailure::Fail),
         ("listed as non-retryable", 1, true, Failure::new(codes::NOT_FOUND, "gone", true), AfterFailure::Fail),
@@ -581,6 +583,8 @@ fn after_failure_decision_table() {
         ("idempotent, attempts used up", 3, true, transient(), AfterFailure::Fail),
         ("non-idempotent timeout", 1, false, ambiguous(codes::TIMEOUT), AfterFailure::OutcomeUnknown),
         ("non-idempotent lost lease", 3, false, ambiguous(codes::LEASE_LOST), AfterFailure::OutcomeUnknown),
+        ("non-idempotent transport error", 1, false, transport_error(), AfterFailure::OutcomeUnknown),
+        ("idempotent transport error", 1, true, transport_error(), retry_in(1_000)),
         ("non-idempotent plain error", 1, false, transient(), AfterFailure::Fail),
         ("non-idempotent, did not take effect", 1, false, no_effect, retry_in(1_000)),
     ];

@@ -7,7 +7,8 @@
 //! - [`CairnProcess`]: a spawned `cairn` binary (`cairn worker …`), killed when dropped; [`cairn`] runs a
 //!   one-shot command (`cairn show …`) and returns its output.
 //! - [`Stub`]: a local HTTP server that records every request and answers through a test-supplied function
-//!   (the weather API, a webhook receiver).
+//!   (the weather API, a webhook receiver); [`ResetAfterRead`]: one that reads each request and resets the
+//!   connection instead of answering.
 //! - [`within`]: polls a probe until it yields, with a bounded deadline (never sleep-then-assert);
 //!   [`holds_for`] asserts that something keeps holding over a period (that nothing happens).
 //! - [`TempDir`]: a scratch directory removed on drop.
@@ -280,6 +281,17 @@ pub fn cairn_bin() -> PathBuf {
     bin
 }
 
+/// The setting every test worker gets: `cairn worker` refuses loopback destinations by default, and the tests'
+/// stubs are on 127.0.0.1.
+pub const ALLOW_LOOPBACK: (&str, &str) = ("CAIRN_HTTP_ALLOW_LOOPBACK", "true");
+
+/// `envs` with [`ALLOW_LOOPBACK`] first, so an entry of `envs` for the same variable wins.
+pub fn with_loopback_allowed<'a>(envs: &[(&'a str, String)]) -> Vec<(&'a str, String)> {
+    let mut all = vec![(ALLOW_LOOPBACK.0, ALLOW_LOOPBACK.1.to_owned())];
+    all.extend_from_slice(envs);
+    all
+}
+
 /// A `cairn` command with a clean environment for Cairn (no inherited `CAIRN_*`), run in `dir` so no stray
 /// `cairn.toml` is read, with `envs` set.
 fn command(dir: &Path, args: &[&str], envs: &[(&str, String)]) -> Command {
@@ -305,9 +317,10 @@ pub struct CairnProcess {
 impl CairnProcess {
     /// Spawns `cairn worker --server GRPC_URL [FLAGS…]` in `dir` with `envs` (action settings such as
     /// `CAIRN_WEATHER_FORECAST_URL`); logs to `dir/<name>.log`. `TMPDIR` is `dir`, so the notify ledger's
-    /// default location is private to the test.
+    /// default location is private to the test. The tests' stubs listen on 127.0.0.1, so the worker allows
+    /// `http.request` to reach loopback ([`ALLOW_LOOPBACK`]) unless `envs` sets `CAIRN_HTTP_ALLOW_LOOPBACK`.
     pub fn worker(name: &str, grpc_url: &str, dir: &Path, flags: &[&str], envs: &[(&str, String)]) -> CairnProcess {
-        let mut envs = envs.to_vec();
+        let mut envs = with_loopback_allowed(envs);
         envs.push(("TMPDIR", dir.display().to_string()));
         let mut args = vec!["worker", "--server", grpc_url];
         args.extend_from_slice(flags);
@@ -481,6 +494,69 @@ impl Drop for Stub {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// A TCP server on 127.0.0.1 that reads each request whole (head and `Content-Length` body), counts it, and
+/// resets the connection (`SO_LINGER` 0) instead of answering: a service that received the request and crashed
+/// before replying. Stops when dropped.
+pub struct ResetAfterRead {
+    addr: SocketAddr,
+    requests: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ResetAfterRead {
+    /// Starts the server.
+    pub async fn start() -> ResetAfterRead {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free port");
+        let addr = listener.local_addr().expect("a local address");
+        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = requests.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let (mut request, mut buf) = (Vec::new(), [0u8; 4096]);
+                    while !whole_request(&request) {
+                        match stream.read(&mut buf).await {
+                            Ok(n @ 1..) => request.extend_from_slice(&buf[..n]),
+                            _ => return,
+                        }
+                    }
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = stream.set_zero_linger();
+                });
+            }
+        });
+        ResetAfterRead { addr, requests, task }
+    }
+
+    /// Base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Requests read in full so far (each one then reset).
+    pub fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for ResetAfterRead {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Whether `bytes` hold a whole HTTP/1.1 request: its head and `Content-Length` bytes of body.
+fn whole_request(bytes: &[u8]) -> bool {
+    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&bytes[..end]).to_ascii_lowercase();
+    let length = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok());
+    bytes.len() >= end + 4 + length.unwrap_or(0)
 }
 
 /// Serves `app` on a free port of 127.0.0.1; returns the address and the server task (abort it to stop).

@@ -292,13 +292,14 @@ impl Orchestrator {
     }
 
     /// Spawns `cairn worker --server GRPC --id NAME [FLAGS…]` with the worker token and `envs` (action settings),
-    /// logging to `<dir>/NAME.log`; its temp dir is `<dir>/NAME/`, so workers share no notify ledger.
+    /// logging to `<dir>/NAME.log`; its temp dir is `<dir>/NAME/`, so workers share no notify ledger. Loopback
+    /// destinations are allowed (the recording endpoints are on 127.0.0.1) unless `envs` says otherwise.
     pub fn worker(&self, name: &str, flags: &[&str], envs: &[(&str, String)]) -> Proc {
         let tmp = self.dir.join(name);
         std::fs::create_dir_all(&tmp).expect("the worker's temp dir");
         let mut args = vec!["worker", "--server", &self.grpc_url, "--id", name];
         args.extend_from_slice(flags);
-        let mut envs = envs.to_vec();
+        let mut envs = crate::http::with_loopback_allowed(envs);
         envs.push(("CAIRN_WORKER_TOKEN", self.worker_token.clone()));
         envs.push(("TMPDIR", tmp.display().to_string()));
         Proc::spawn(name, &self.dir, &args, &envs)

@@ -20,7 +20,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use cairn_core::clock::ManualClock;
 use cairn_tests::Backend;
-use cairn_tests::http::{HttpApp, Stub, TempDir, cairn_bin, step, within};
+use cairn_tests::http::{ALLOW_LOOPBACK, HttpApp, Stub, TempDir, cairn_bin, step, within};
 use cairn_workers::telemetry::{self, OtlpConfig, OtlpProtocol, TelemetryConfig};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
@@ -139,6 +139,8 @@ impl WorkerProcess {
         let child = command
             .env("RUST_LOG", "info")
             .env("TMPDIR", dir)
+            // The called stub is on 127.0.0.1.
+            .env(ALLOW_LOOPBACK.0, ALLOW_LOOPBACK.1)
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector)
             // Nothing is exported before shutdown: the spans must come from the flush on SIGTERM.
             .env("OTEL_BSP_SCHEDULE_DELAY", "60000")

@@ -110,3 +110,20 @@ async fn missing_prompt_and_messages_is_invalid_args_and_cancellation_aborts() {
     let err = tokio::time::timeout(Duration::from_secs(5), llm.run(args, &ctx)).await.expect("prompt");
     assert_eq!(err.expect_err("cancelled").code, "cancelled");
 }
+
+fn llm_at(base_url: String) -> LlmChat {
+    LlmChat::new(LlmConfig { base_url, api_key: None, model: "mock-1".into() })
+}
+
+#[tokio::test]
+async fn a_connection_lost_after_the_request_is_ambiguous_and_a_refused_one_sent_nothing() {
+    let (addr, requests) = support::raw_server(support::RawAnswer::Close).await;
+    let err = chat(&llm_at(format!("http://{addr}/v1")), json!({"prompt": "hi"})).await.expect_err("no answer");
+    assert_eq!(err.code, "transport_error", "{err:?}");
+    assert!(err.retryable && !err.did_not_take_effect, "the server read the request: {err:?}");
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    let closed = format!("http://127.0.0.1:{}/v1", support::closed_port());
+    let err = chat(&llm_at(closed), json!({"prompt": "hi"})).await.expect_err("refused");
+    assert!(err.retryable && err.did_not_take_effect, "nothing was sent: {err:?}");
+}

@@ -140,3 +140,25 @@ async fn a_webhook_that_cannot_be_reached_did_not_take_effect() {
         notify.run(args(json!({"text": "hi", "channels": ["webhook"]})), &attempt(1, None)).await.expect_err("refused");
     assert!(err.retryable && err.did_not_take_effect && !err.degraded, "{err:?}");
 }
+
+#[tokio::test]
+async fn a_webhook_reset_after_the_request_leaves_the_attempt_ambiguous() {
+    let (addr, requests) = support::raw_server(support::RawAnswer::Reset).await;
+    let (settings, _dir) = config("reset", Some(format!("http://{addr}/hook")));
+    let notify = NotifySend::new(settings);
+
+    let alone = notify.run(args(json!({"text": "hi", "channels": ["webhook"]})), &attempt(1, None)).await;
+    let alone = alone.expect_err("no answer");
+    assert_eq!(alone.code, "transport_error", "the receiver may have the message: {alone:?}");
+    assert!(alone.retryable && !alone.did_not_take_effect, "{alone:?}");
+
+    let second = attempt(2, None);
+    let with_unconfigured = notify.run(args(json!({"text": "hi", "channels": ["app", "webhook"]})), &second).await;
+    let with_unconfigured = with_unconfigured.expect_err("both fail");
+    assert_eq!(
+        with_unconfigured.code, "transport_error",
+        "an ambiguous channel makes the attempt ambiguous whatever the others did: {with_unconfigured:?}"
+    );
+    assert!(!with_unconfigured.did_not_take_effect);
+    assert_eq!(requests.load(Ordering::SeqCst), 2, "the webhook read both requests");
+}

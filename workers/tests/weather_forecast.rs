@@ -142,3 +142,17 @@ async fn server_errors_are_retryable_and_bad_dates_are_not() {
     let err = weather.run(args(json!({"city": "Wuhan", "date": "next week"})), &support::ctx("w")).await;
     assert_eq!(err.expect_err("unparseable").code, "invalid_args");
 }
+
+#[tokio::test]
+async fn a_connection_lost_after_the_request_is_ambiguous_and_a_refused_one_sent_nothing() {
+    let (addr, requests) = support::raw_server(support::RawAnswer::Reset).await;
+    let err = action(&format!("http://{addr}")).run(args(json!({"city": "Wuhan"})), &support::ctx("w")).await;
+    let err = err.expect_err("no answer");
+    assert_eq!(err.code, "transport_error", "{err:?}");
+    assert!(err.retryable && !err.did_not_take_effect, "the server read the request: {err:?}");
+    assert_eq!(requests.load(Ordering::SeqCst), 1);
+
+    let closed = format!("http://127.0.0.1:{}", support::closed_port());
+    let err = action(&closed).run(args(json!({"city": "Wuhan"})), &support::ctx("w")).await.expect_err("refused");
+    assert!(err.retryable && err.did_not_take_effect && err.code == "action_error", "nothing was sent: {err:?}");
+}

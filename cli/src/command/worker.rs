@@ -14,6 +14,11 @@
 //! | `OPENAI_API_KEY` | `llm.chat` | bearer token of that API |
 //! | `CAIRN_LLM_MODEL` | `llm.chat` | model used when a step names none |
 //!
+//! Which destinations `http.request` may reach are settings (`cairn.toml` or the environment): loopback and
+//! private addresses are refused unless `http_allow_loopback` / `CAIRN_HTTP_ALLOW_LOOPBACK`,
+//! `http_allow_private` / `CAIRN_HTTP_ALLOW_PRIVATE` or an `http_allow_hosts` / `CAIRN_HTTP_ALLOW_HOSTS` entry
+//! (`host[:port]`, comma-separated) allows them; link-local and cloud metadata addresses never are.
+//!
 //! SIGTERM or ctrl-c stops polling, lets attempts in flight finish for up to `--drain-timeout-secs`, then exits.
 
 use std::process::ExitCode;
@@ -24,7 +29,7 @@ use cairn_workers::actions::registry;
 use cairn_workers::runtime::{self, WorkerConfig};
 
 use crate::embedded::actions_from_env;
-use crate::settings::Settings;
+use crate::settings::{LocalDefault, Settings};
 
 /// Flags of `cairn worker`.
 #[derive(Debug, clap::Args)]
@@ -55,7 +60,16 @@ pub struct Args {
 /// An unknown action name, an unusable address or token, or the orchestrator refusing the worker.
 pub async fn run(args: &Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let stop = crate::signal::Stop::install();
-    let mut actions = registry(&actions_from_env());
+    let mut config = actions_from_env();
+    config.http.addresses = settings.address_policy(LocalDefault::Refuse);
+    let addresses = &config.http.addresses;
+    tracing::info!(
+        allow_loopback = addresses.allow_loopback,
+        allow_private = addresses.allow_private,
+        allow_hosts = %addresses.allow_hosts.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+        "http.request destinations (link-local and metadata addresses are always refused)"
+    );
+    let mut actions = registry(&config);
     if !args.actions.is_empty() {
         let known: Vec<String> = actions.iter().map(|a| a.spec().name).collect();
         if let Some(unknown) = args.actions.iter().find(|name| !known.contains(name)) {

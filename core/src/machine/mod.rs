@@ -47,16 +47,18 @@ pub struct FailedAttempt<'a> {
     pub failure: &'a Failure,
 }
 
-/// Codes whose outcome is ambiguous: the action may or may not have taken effect.
+/// Codes whose outcome is ambiguous: the action may or may not have taken effect. `transport_error` is a
+/// request that was (or may have been) written before its connection failed: the remote service may have acted
+/// on it, exactly as after a `timeout`.
 pub fn is_ambiguous(code: &str) -> bool {
-    matches!(code, codes::TIMEOUT | codes::HEARTBEAT_TIMEOUT | codes::LEASE_LOST)
+    matches!(code, codes::TIMEOUT | codes::HEARTBEAT_TIMEOUT | codes::LEASE_LOST | codes::TRANSPORT_ERROR)
 }
 
 /// Decides retry, failure or `outcome_unknown` (contract §6).
 ///
 /// A step may run again only if it is idempotent or the failure says the action certainly did not take effect.
-/// A non-idempotent step with an ambiguous failure (timeout, heartbeat timeout, lost lease) is parked as
-/// `outcome_unknown` instead of being re-executed blindly. `sample` is a uniform draw in `[0, 1)` for jitter.
+/// A non-idempotent step with an ambiguous failure (timeout, heartbeat timeout, lost lease, transport error) is
+/// parked as `outcome_unknown` instead of being re-executed blindly. `sample` is a uniform draw in `[0, 1)` for jitter.
 pub fn after_failure(failed: FailedAttempt<'_>, sample: f64) -> AfterFailure {
     let failure = failed.failure;
     let may_repeat = failed.idempotent || failure.did_not_take_effect;

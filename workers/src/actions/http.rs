@@ -2,18 +2,19 @@
 //! orchestrator knows what a retry can fix.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::catalog::Effect;
 use cairn_core::failure::codes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
-use reqwest::{Method, Url, redirect};
+use reqwest::{Method, Url};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::address::{GuardedResolver, check_url, find_refused};
-use super::transport::{self, Client, USER_AGENT};
+use super::address::{self, AddressPolicy};
+use super::transport::{self, Client, Exchange};
 use crate::action::{Action, ActionError};
 use crate::context::ActionContext;
 use crate::telemetry;
@@ -21,17 +22,16 @@ use crate::telemetry;
 /// Largest response body kept, in bytes (10 MiB); past it the attempt fails with `output_too_large`.
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
-/// Redirects followed before giving up.
-const MAX_REDIRECTS: usize = 10;
+/// Names failures in messages.
+const WHAT: &str = "http.request";
 
 /// Configuration of `http.request`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct HttpConfig {
-    /// Permit link-local (`169.254.0.0/16`, `fe80::/10`) and cloud metadata destinations
-    /// (`169.254.169.254`, `metadata.google.internal`). Off by default: a plan must not read instance
-    /// credentials. Loopback and private addresses are always allowed.
-    pub allow_link_local: bool,
+    /// Which destinations a step may reach (see [`super::address`]). Link-local and cloud metadata addresses
+    /// are always refused; `Default` refuses loopback and private ranges too.
+    pub addresses: AddressPolicy,
 }
 
 /// HTTP method of `http.request` (upper case in JSON).
@@ -99,53 +99,41 @@ pub struct HttpOutput {
 /// `http.request` {method, url, headers, body, timeout_ms} → {status, headers, body}.
 ///
 /// Sends `Idempotency-Key: <ctx.idempotency_key>`. Errors:
-/// - status ≥ 400 as in the transport table: 401/403 `unauthorized`, 404/410 `not_found`, 429 `rate_limited`
-///   (retryable), other 4xx permanent `action_error`, 5xx retryable; `Retry-After` (seconds or HTTP date) on a
-///   retryable status becomes the failure's `retry_after`;
-/// - connection refused / DNS / TLS: retryable and `did_not_take_effect`; request timeout: retryable `timeout`;
+/// - status ≥ 400 as in `transport`'s status table: 401/403 `unauthorized`, 404/410 `not_found`, 429
+///   `rate_limited` (retryable), other 4xx permanent `action_error`, 5xx retryable; `Retry-After` (seconds or
+///   HTTP date) on a retryable status becomes the failure's `retry_after`. A response is a response: a 5xx of a
+///   non-idempotent step fails it (it is not `outcome_unknown`);
+/// - no answer, as in `transport`'s table: nothing was sent (connection refused, DNS, TLS handshake) →
+///   retryable and `did_not_take_effect`; the request may have been received (reset or closed after it was
+///   written, a broken body) → retryable `transport_error`, or `timeout` when a timeout fired — both ambiguous,
+///   so a non-idempotent step goes to `outcome_unknown`;
 /// - a refused destination (see [`super::address`]) or a malformed URL or header: permanent `invalid_args`;
 /// - cancellation or the attempt's deadline aborts the request (the connection is closed): `cancelled` /
 ///   `timeout`, both retryable;
 /// - a body over [`MAX_BODY_BYTES`]: permanent `output_too_large`.
 #[derive(Debug)]
 pub struct HttpRequest {
-    config: HttpConfig,
+    addresses: Arc<AddressPolicy>,
     client: Client,
 }
 
 impl HttpRequest {
-    /// An `http.request` with its own client (the address guard is wired into DNS resolution and redirects
-    /// unless `config.allow_link_local`).
+    /// An `http.request` with its own client, the address guard wired into DNS resolution and redirects.
     pub fn new(config: HttpConfig) -> Self {
-        super::install_crypto_provider();
-        let mut builder = reqwest::Client::builder().user_agent(USER_AGENT);
-        builder = if config.allow_link_local {
-            builder.redirect(redirect::Policy::limited(MAX_REDIRECTS))
-        } else {
-            builder.dns_resolver(GuardedResolver).redirect(redirect::Policy::custom(|attempt| {
-                if attempt.previous().len() >= MAX_REDIRECTS {
-                    attempt.error("too many redirects")
-                } else if let Err(refused) = check_url(attempt.url()) {
-                    attempt.error(refused)
-                } else {
-                    attempt.follow()
-                }
-            }))
-        };
-        Self { config, client: Client::new(builder.build()) }
+        let addresses = Arc::new(config.addresses);
+        let client = Client::new(transport::builder(Some(Arc::clone(&addresses))).build());
+        Self { addresses, client }
     }
 
-    fn build(&self, args: HttpArgs, ctx: &ActionContext) -> Result<reqwest::RequestBuilder, ActionError> {
+    fn build(&self, args: HttpArgs, ctx: &ActionContext) -> Result<(Url, reqwest::RequestBuilder), ActionError> {
         let invalid = |message: String| ActionError::permanent(codes::INVALID_ARGS, message).did_not_take_effect();
         let url = Url::parse(&args.url).map_err(|e| invalid(format!("invalid url `{}`: {e}", args.url)))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(invalid(format!("url `{url}` must be http or https")));
         }
-        if !self.config.allow_link_local {
-            check_url(&url).map_err(|refused| invalid(refused.to_string()))?;
-        }
+        self.addresses.check_url(&url).map_err(|refused| transport::refused(WHAT, &refused, Exchange::default()))?;
         let has = |name: &str| args.headers.keys().any(|k| k.eq_ignore_ascii_case(name));
-        let mut request = self.client.get()?.request(args.method.into(), url);
+        let mut request = self.client.get()?.request(args.method.into(), url.clone());
         if !has("idempotency-key") {
             request = request.header("Idempotency-Key", &ctx.idempotency_key);
         }
@@ -168,15 +156,7 @@ impl HttpRequest {
             Some(json) => request.json(&json),
         };
         let limit = args.timeout_ms.map_or(Duration::MAX, Duration::from_millis);
-        Ok(request.timeout(limit.min(ctx.remaining())))
-    }
-}
-
-/// Classifies a send failure, recognising the address guard's refusal.
-fn send_error(error: &reqwest::Error) -> ActionError {
-    match find_refused(error) {
-        Some(refused) => ActionError::permanent(codes::INVALID_ARGS, refused.to_string()).did_not_take_effect(),
-        None => transport::send_error("http.request", error),
+        Ok((url, request.timeout(limit.min(ctx.remaining()))))
     }
 }
 
@@ -218,15 +198,15 @@ impl Action for HttpRequest {
     const EFFECT: Effect = Effect::NonIdempotent;
 
     async fn run(&self, args: HttpArgs, ctx: &ActionContext) -> Result<HttpOutput, ActionError> {
-        let request = self.build(args, ctx)?;
-        let response = transport::race(ctx, request.send()).await?.map_err(|e| send_error(&e))?;
+        let (url, request) = self.build(args, ctx)?;
+        let response = address::guarded(&url, transport::send(ctx, WHAT, request)).await?;
         let status = response.status();
         let headers = response.headers().clone();
         if status.as_u16() >= 400 {
             let text = transport::race(ctx, transport::error_text(response)).await?;
-            return Err(transport::status_error("http.request", status, &headers, &text));
+            return Err(transport::status_error(WHAT, status, &headers, &text));
         }
-        let bytes = transport::race(ctx, transport::read_body("http.request", response, MAX_BODY_BYTES)).await??;
+        let bytes = transport::race(ctx, transport::read_body(WHAT, response, MAX_BODY_BYTES)).await??;
         Ok(HttpOutput { status: status.as_u16(), headers: header_map(&headers), body: body_value(&headers, &bytes) })
     }
 }

@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::transport::{self, USER_AGENT};
+use super::transport::{self, Exchange};
 use crate::action::{Action, ActionError};
 use crate::context::ActionContext;
 
@@ -96,8 +96,9 @@ pub struct LlmOutput {
 ///
 /// Errors: 401/403 → permanent `unauthorized`; 404 (unknown model) → permanent `not_found`; 429 → retryable
 /// `rate_limited` (permanent when the error type is `insufficient_quota`); 5xx and connection failures →
-/// retryable; other 4xx, an unparseable response or no choices → permanent; neither `prompt` nor `messages`,
-/// or a malformed message → permanent `invalid_args`. Cancellation or the deadline aborts the request.
+/// retryable (nothing sent: `did_not_take_effect`; lost after the request: `transport_error`, see `transport`);
+/// other 4xx, an unparseable response or no choices → permanent; neither `prompt` nor `messages`, or a malformed
+/// message → permanent `invalid_args`. Cancellation or the deadline aborts the request.
 #[derive(Debug)]
 pub struct LlmChat {
     model: String,
@@ -119,8 +120,7 @@ impl LlmChat {
 /// # Errors
 /// The HTTP client cannot be built (no TLS backend); not retryable.
 pub fn openai_client(config: &LlmConfig) -> Result<async_openai::Client<OpenAIConfig>, reqwest::Error> {
-    super::install_crypto_provider();
-    let http = reqwest::Client::builder().user_agent(USER_AGENT).build()?;
+    let http = transport::builder(None).build()?;
     let openai = OpenAIConfig::new()
         .with_api_base(config.base_url.trim_end_matches('/'))
         .with_api_key(config.api_key.clone().unwrap_or_default())
@@ -153,8 +153,9 @@ fn messages(args: &mut LlmArgs) -> Result<Vec<ChatCompletionRequestMessage>, Act
     Ok(out)
 }
 
-/// Classifies an async-openai failure as documented on [`LlmChat`].
-fn llm_error(error: OpenAIError) -> ActionError {
+/// Classifies an async-openai failure as documented on [`LlmChat`]; a request without an answer as every HTTP
+/// action does (`transport::send_error`).
+fn llm_error(error: OpenAIError, exchange: Exchange) -> ActionError {
     match error {
         OpenAIError::ApiError(response) => {
             let message = format!("llm.chat: {response}");
@@ -169,7 +170,7 @@ fn llm_error(error: OpenAIError) -> ActionError {
                 _ => ActionError::permanent(codes::ACTION_ERROR, message),
             }
         }
-        OpenAIError::Reqwest(error) => transport::send_error("llm.chat", &error),
+        OpenAIError::Reqwest(error) => transport::send_error("llm.chat", &error, exchange),
         OpenAIError::InvalidArgument(message) => invalid(format!("llm.chat: {message}")),
         other => ActionError::permanent(codes::ACTION_ERROR, format!("llm.chat: {other}")),
     }
@@ -194,7 +195,8 @@ impl Action for LlmChat {
             ..Default::default()
         };
         let chat = client.chat();
-        let response = transport::race(ctx, chat.create(request)).await?.map_err(llm_error)?;
+        let (sent, exchange) = transport::race(ctx, transport::exchange(chat.create(request))).await?;
+        let response = sent.map_err(|e| llm_error(e, exchange))?;
         let Some(choice) = response.choices.into_iter().next() else {
             return Err(ActionError::permanent(codes::ACTION_ERROR, "llm.chat: the response has no choices"));
         };

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use cairn_core::catalog::Effect;
 use cairn_core::failure::codes;
+use cairn_core::machine::is_ambiguous;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -113,8 +114,10 @@ pub struct NotifyOutput {
 ///
 /// Outcome: with `all`, any `failed` channel fails the attempt; with `any`, the attempt fails only when no
 /// channel is delivered or skipped. The failure carries the records in `details.deliveries`, is retryable when
-/// any failed channel is (webhook 5xx, 429, connection errors), takes the failed channels' common code
-/// (`unauthorized`, …) or `action_error`, sets `degraded` when some channel did get the message, and
+/// any failed channel is (webhook 5xx, 429, connection errors), takes the code of a channel whose outcome is
+/// ambiguous (a webhook `transport_error` or `timeout`: the receiver may have it, so a non-idempotent step goes to
+/// `outcome_unknown`), else the failed channels' common code (`unauthorized`, …) or `action_error`, sets
+/// `degraded` when some channel did get the message, and
 /// `did_not_take_effect` when every failed channel failed before sending (unconfigured, connection refused):
 /// then a retry is safe because delivered channels are never re-sent. Cancellation → `cancelled`.
 #[derive(Debug)]
@@ -168,9 +171,12 @@ impl NotifySend {
             Ok(client) => client.post(url).header("Idempotency-Key", &ctx.idempotency_key).json(payload),
             Err(e) => return Ok(Err(e)),
         };
-        let response = match transport::race(ctx, request.timeout(ctx.remaining()).send()).await? {
+        // Cancellation and the deadline end the attempt (outer `Err`); a failed send fails the channel.
+        let (sent, exchange) =
+            transport::race(ctx, transport::exchange(request.timeout(ctx.remaining()).send())).await?;
+        let response = match sent {
             Ok(response) => response,
-            Err(e) => return Ok(Err(transport::send_error(WHAT, &e))),
+            Err(e) => return Ok(Err(transport::send_error(WHAT, &e, exchange))),
         };
         let (status, headers) = (response.status(), response.headers().clone());
         if status.is_success() {
@@ -208,7 +214,14 @@ fn checkpointed(checkpoint: Option<Value>) -> impl Iterator<Item = String> {
 /// The attempt's failure once the policy says it failed.
 fn failure(deliveries: Vec<Delivery>, failures: &[ActionError]) -> ActionError {
     let first = failures.first().map(|f| f.code.as_str()).unwrap_or(codes::ACTION_ERROR);
-    let code = if failures.iter().all(|f| f.code == first) { first } else { codes::ACTION_ERROR };
+    // A channel that may have received the message (a webhook reset after the request, a timeout) makes the
+    // attempt's outcome ambiguous whatever the other channels did, so its code wins.
+    let ambiguous = failures.iter().find(|f| !f.did_not_take_effect && is_ambiguous(&f.code));
+    let code = match ambiguous {
+        Some(f) => f.code.as_str(),
+        None if failures.iter().all(|f| f.code == first) => first,
+        None => codes::ACTION_ERROR,
+    };
     let failed: Vec<String> =
         deliveries.iter().filter_map(|d| Some(format!("{}: {}", d.channel, d.error.as_deref()?))).collect();
     let message =

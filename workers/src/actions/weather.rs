@@ -160,8 +160,9 @@ struct ApiError {
 /// With both coordinates and an explicit date no geocoding happens; otherwise the city is geocoded (first
 /// result) for its position and time zone. Errors: unknown city → permanent `not_found`; a bad date or an
 /// Open-Meteo `400` (e.g. a date outside the forecast range) → permanent `invalid_args`; a day missing from the
-/// response → permanent `not_found`; 5xx, 429 and connection failures → retryable (see `transport`);
-/// cancellation → `cancelled`.
+/// response → permanent `not_found`; 5xx, 429 and connection failures → retryable (see `transport`: nothing sent
+/// is `did_not_take_effect`, a connection lost after the request is `transport_error`); cancellation →
+/// `cancelled`.
 #[derive(Debug)]
 pub struct WeatherForecast {
     config: WeatherConfig,
@@ -182,7 +183,7 @@ impl WeatherForecast {
     ) -> Result<T, ActionError> {
         const WHAT: &str = "weather.forecast";
         let request = self.client.get()?.get(url).query(query).timeout(ctx.remaining());
-        let response = transport::race(ctx, request.send()).await?.map_err(|e| transport::send_error(WHAT, &e))?;
+        let response = transport::send(ctx, WHAT, request).await?;
         let (status, headers) = (response.status(), response.headers().clone());
         if !status.is_success() {
             let text = transport::race(ctx, transport::error_text(response)).await?;

@@ -58,3 +58,67 @@ pub fn closed_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("addr").port()
 }
+
+/// What a [`raw_server`] does once it has read a whole request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawAnswer {
+    /// Resets the connection (`SO_LINGER` 0, then close: the client gets `ECONNRESET`).
+    Reset,
+    /// Closes the connection without a byte of answer.
+    Close,
+    /// Answers nothing and keeps the connection open until the client closes it.
+    Silent,
+}
+
+/// A TCP server on 127.0.0.1 that reads each request in full (head and `Content-Length` body), counts it, and
+/// then does `answer` instead of answering: a server that received the request and failed before replying.
+/// Returns its address and the count of requests it read.
+pub async fn raw_server(answer: RawAnswer) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncReadExt;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local addr");
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&requests);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Ok(n @ 1..) = stream.read(&mut buf).await else { return };
+                    request.extend_from_slice(&buf[..n]);
+                    if request_complete(&request) {
+                        break;
+                    }
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                match answer {
+                    RawAnswer::Reset => {
+                        stream.set_zero_linger().expect("SO_LINGER 0");
+                        drop(stream);
+                    }
+                    RawAnswer::Close => drop(stream),
+                    RawAnswer::Silent => while let Ok(1..) = stream.read(&mut buf).await {},
+                }
+            });
+        }
+    });
+    (addr, requests)
+}
+
+/// Whether `bytes` hold a whole HTTP/1.1 request: the head and as many body bytes as `Content-Length` says.
+fn request_complete(bytes: &[u8]) -> bool {
+    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&bytes[..end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    bytes.len() >= end + 4 + length
+}
