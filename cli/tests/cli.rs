@@ -215,3 +215,25 @@ fn validate_refuses_a_when_of_fifty_thousand_terms_with_exit_1() {
     assert_eq!(output.status.code(), Some(1), "invalid, not aborted: {}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout(&output).contains("limit_exceeded"), "the diagnostic names the limit: {}", stdout(&output));
 }
+
+/// `cairn validate --catalog FILE` checks actions of your own against a saved `GET /v1/actions`; offline they are
+/// `unknown_action`; an unreachable `--server` is exit 2 (issue "Your own code", point 4).
+#[test]
+fn validate_against_a_catalog_file_accepts_a_registered_action_and_an_unreachable_server_is_exit_2() {
+    let plan = TempFile::new("own-action.json", r#"{"steps": [{"id": "who", "action": "crm.lookup", "args": {"id": "c-1"}}]}"#);
+    let catalog = TempFile::new(
+        "catalog.json",
+        &serde_json::json!({"actions": [{"name": "crm.lookup", "version": "1", "description": "", "effect": "read",
+            "args_schema": {"type": "object", "required": ["id"]}, "output_schema": {}, "workers": [], "connected": false}]})
+        .to_string(),
+    );
+
+    let offline = cairn(&["validate", plan.path()]);
+    let against_file = cairn(&["validate", "--catalog", catalog.path(), plan.path()]);
+    let unreachable = cairn(&["validate", "--server", "http://127.0.0.1:9", plan.path()]);
+
+    assert_eq!(offline.status.code(), Some(1), "offline, an action of your own is unknown: {}", stdout(&offline));
+    assert!(stdout(&offline).contains("unknown_action"));
+    assert_eq!(against_file.status.code(), Some(0), "valid against the catalog: {}", stdout(&against_file));
+    assert_eq!(unreachable.status.code(), Some(2), "{}", String::from_utf8_lossy(&unreachable.stderr));
+}

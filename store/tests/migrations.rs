@@ -22,6 +22,8 @@ fn no_sqlite_migration_changed_once_released() {
         (3, "e3936d59a256447a2d2e587aa688e413e8b7ae0af8214aadaadb9417ec2e8706e767fd3f76e60962fd3a8002545ae9ed"),
         (4, "aa26b52540100c86e3fadabb90be86381f704891ff1a4311cb09f2ceab4051312eb24bcc9489f56a33a3f1fdba598c55"),
         (5, "c87bc762221ecb31f4a3bd854ae49e6107fc366a6510353899a030532c4ac5bd7822705e6d337da14a5a17e0c5a49d34"),
+        (10, "09cb4b32d24cace044ffa62d68854cf991c0d69ff947355dd9c7768c9b76afece7df899400edaec616d0d6f2b142ab91"),
+        (11, "cd1db8b2c677b9740dab3da243f0659568d52f0c71b2812597d836272ce46efd639bba70579ecc127746883238a31041"),
     ]);
     assert_eq!(checksums(&SQLITE_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }
@@ -38,6 +40,8 @@ fn no_postgres_migration_changed_once_released() {
         (7, "ec56bed1a07efa7fb30f917a8fad14e9c16450bab14be212cf125e563b5bad0be7cc7e0af632f2946b34977748ba6b5f"),
         (8, "a214de93de6f23f36afd5cb43e27d5e41f0e6f82a62b282349ec200d44b0717dae002afd043a30ddfb72c19d84b10e0c"),
         (9, "97142d9b52fedebfe7c6b3a7cee99ef27a80baa1ca5e5a560182e050eabac060f227aac0756baf9aaa22543e0bad7bf5"),
+        (10, "09cb4b32d24cace044ffa62d68854cf991c0d69ff947355dd9c7768c9b76afece7df899400edaec616d0d6f2b142ab91"),
+        (11, "d1f989676430c5bb4a7b0d4f39f331abd60488c87262194b9deebf5ba76c3ef1f2dc67302ed85486f41d3aab04012b55"),
     ]);
     assert_eq!(checksums(&POSTGRES_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }

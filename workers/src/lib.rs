@@ -13,9 +13,26 @@
 //!   drains on shutdown ([`runtime::run`], [`runtime::WorkerConfig`]).
 //! - [`telemetry`]: logs, spans and OTLP export for every Cairn process, and the run-derived trace ids that make
 //!   one run one trace across the orchestrator, the workers and the services actions call.
+//!
+//! **Writing a worker of your own**: everything it touches is in [`prelude`] (`use cairn_workers::prelude::*`):
+//! implement [`action::Action`] for a type (its typed args and output with JSON Schemas from `schemars`, its
+//! [`prelude::Effect`], its errors as [`action::ActionError`]), then run [`runtime::run`] with a
+//! [`runtime::WorkerConfig`] listing it. `examples/custom-worker/` is a complete one.
 
 pub mod action;
 pub mod actions;
 pub mod context;
 pub mod runtime;
 pub mod telemetry;
+
+/// The public API of a worker of your own, in one import: the [`Action`](action::Action) trait and its
+/// outcomes, the attempt's [`ActionContext`](context::ActionContext), the runtime's [`run`](runtime::run) and
+/// [`WorkerConfig`](runtime::WorkerConfig), logging set-up ([`telemetry::init`]), and the types they take.
+pub mod prelude {
+    pub use crate::action::{Action, ActionError, DynAction};
+    pub use crate::context::ActionContext;
+    pub use crate::runtime::{WorkerConfig, default_worker_id, run};
+    pub use crate::telemetry::{TelemetryConfig, TelemetryGuard, init as init_telemetry};
+    pub use cairn_core::catalog::Effect;
+    pub use cairn_core::failure::codes;
+}

@@ -82,8 +82,12 @@ pub fn print_summary(run: &Value) {
     for step in run["steps"].as_array().into_iter().flatten() {
         // The plan's field as written (`in 3s`, `tomorrow 08:00 …`), not a countdown: it reads the same after firing.
         let timer = step["timer"]["local"].as_str().map(|t| format!("  not_before \"{t}\"")).unwrap_or_default();
+        let waiting = step["waiting_for"]["action"]
+            .as_str()
+            .map(|a| format!("  waiting for a worker serving `{a}` (none connected)"))
+            .unwrap_or_default();
         out!(
-            "  {:<16} {:<16} attempts {}{timer}",
+            "  {:<16} {:<16} attempts {}{timer}{waiting}",
             step["id"].as_str().unwrap_or("?"),
             step["status"].as_str().unwrap_or("?"),
             step["attempts"]

@@ -1,13 +1,19 @@
 //! `cairn validate FILE…`: static validation with readable or JSON output.
 //!
-//! Exit 0 when every file is valid, 1 when any is invalid, 2 when a file cannot be read.
+//! Offline (the default) plans are checked against Cairn's built-in actions, so an action of your own is
+//! `unknown_action`. `--server URL` checks against the catalog a running orchestrator holds (built-ins and every
+//! action a worker registered; token from `CAIRN_API_TOKEN`), `--catalog FILE` against a file in the
+//! `GET /v1/actions` format (`{"actions": [spec, …]}`, or the array alone).
+//!
+//! Exit 0 when every file is valid, 1 when any is invalid, 2 when a file cannot be read or the server cannot be
+//! reached.
 
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use cairn_core::catalog::StaticCatalog;
+use cairn_core::catalog::{ActionSpec, StaticCatalog};
 use cairn_core::diagnostic::{Diagnostic, Severity};
 use cairn_core::document::Format;
 use cairn_core::validate::{Limits, Report, validate_text};
@@ -34,11 +40,18 @@ pub struct Args {
     /// Maximum steps per plan.
     #[arg(long, default_value_t = Limits::default().max_steps)]
     max_steps: usize,
+    /// Validate against the action catalog of the orchestrator at this REST API URL (e.g.
+    /// `http://127.0.0.1:7400`; token from `CAIRN_API_TOKEN`).
+    #[arg(long, conflicts_with = "catalog")]
+    server: Option<String>,
+    /// Validate against the actions in this file (the `GET /v1/actions` format).
+    #[arg(long)]
+    catalog: Option<PathBuf>,
 }
 
 /// Validates every file; see the module docs for exit codes.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let catalog = StaticCatalog::builtin();
+    let catalog = catalog(args)?;
     let limits = Limits { max_steps: args.max_steps, ..Limits::default() };
     let mut all_valid = true;
     for file in &args.files {
@@ -52,6 +65,28 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if all_valid { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The actions to validate against: the built-ins, or a server's or a file's catalog.
+fn catalog(args: &Args) -> anyhow::Result<StaticCatalog> {
+    let listed = if let Some(server) = &args.server {
+        let token = std::env::var("CAIRN_API_TOKEN").ok().filter(|t| !t.is_empty());
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        runtime.block_on(async { crate::client::Client::new(server, token)?.get("/v1/actions").await })?
+    } else if let Some(file) = &args.catalog {
+        let (name, text) = read(file)?;
+        serde_json::from_str(&text).with_context(|| format!("{name} is not JSON"))?
+    } else {
+        return Ok(StaticCatalog::builtin());
+    };
+    let specs = listed.get("actions").unwrap_or(&listed).clone();
+    let specs: Vec<ActionSpec> =
+        serde_json::from_value(specs).context("the catalog is not a list of action specs (GET /v1/actions)")?;
+    // A catalog from an older server may lack built-ins: they are always accepted.
+    let mut all: std::collections::BTreeMap<String, ActionSpec> =
+        cairn_core::catalog::builtin_specs().into_iter().map(|s| (s.name.clone(), s)).collect();
+    all.extend(specs.into_iter().map(|s| (s.name.clone(), s)));
+    Ok(StaticCatalog::new(all.into_values())?)
 }
 
 fn read(file: &PathBuf) -> anyhow::Result<(String, String)> {

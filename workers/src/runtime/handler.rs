@@ -58,9 +58,9 @@ impl Service<Task<AttemptJob>> for AttemptHandler {
 
 async fn run_attempt(action: Option<Arc<dyn DynAction>>, job: AttemptJob) -> Result<Value, AttemptError> {
     let Some(action) = action else {
-        // Only registered actions are polled for, so this is an orchestrator bug; nothing ran.
-        let message = format!("this worker does not serve `{}`", job.action);
-        return Err(AttemptError::Action(ActionError::permanent(codes::ACTION_ERROR, message).did_not_take_effect()));
+        // Handed an action it does not serve (a registration that changed, two workers sharing an id): nothing
+        // ran, and another worker may serve it, so it goes back at once rather than failing or timing out.
+        return Err(AttemptError::NotServed(job.action.clone()));
     };
     let args: Value = serde_json::from_str(&job.args_json).map_err(|e| {
         AttemptError::Action(

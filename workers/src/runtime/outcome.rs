@@ -7,7 +7,8 @@
 //! - the action panicked: code `action_error`, message `action panicked: …`, **not retryable** — a panic is a
 //!   bug in the action, and the same args would most likely panic again; an operator decides;
 //! - the orchestrator answered a heartbeat with `alive = false`: nothing is reported, the lease is gone (the run
-//!   was cancelled, or the attempt was reclaimed and its failure already recorded).
+//!   was cancelled, or the attempt was reclaimed and its failure already recorded);
+//! - the action is not one this worker serves: the attempt is handed back unstarted (case D25).
 
 use std::any::Any;
 
@@ -35,6 +36,10 @@ pub(crate) enum AttemptError {
     /// The orchestrator no longer counts the attempt; there is nothing to report.
     #[error("the lease is gone (run cancelled or attempt reclaimed)")]
     LeaseLost,
+    /// The attempt's action is not one this worker serves (its registration changed, or another worker with this
+    /// id serves more): it is handed back unstarted, so another worker takes it at once (case D25).
+    #[error("this worker does not serve `{0}`")]
+    NotServed(String),
 }
 
 impl AttemptError {
@@ -54,6 +59,10 @@ impl AttemptError {
                     .details(json!({"panic": message})),
             )),
             AttemptError::LeaseLost => None,
+            AttemptError::NotServed(action) => Some(to_proto(
+                ActionError::retryable(codes::ACTION_ERROR, format!("this worker does not serve `{action}`"))
+                    .did_not_take_effect(),
+            )),
         }
     }
 }

@@ -56,6 +56,8 @@ pub(crate) struct Reporter {
 enum Report {
     Complete(String),
     Fail(pb::Failure),
+    /// Hand the attempt back unstarted (`FailRequest.not_started`); the failure is for older orchestrators.
+    ReturnUnstarted(pb::Failure),
 }
 
 impl Reporter {
@@ -82,6 +84,9 @@ impl Reporter {
                     self.client.complete(&info.lease, output.clone(), next, names).await
                 }
                 Report::Fail(failure) => Ok((self.client.fail(&info.lease, failure.clone()).await?, Vec::new())),
+                Report::ReturnUnstarted(failure) => {
+                    Ok((self.client.return_unstarted(&info.lease, failure.clone()).await?, Vec::new()))
+                }
             }
         };
         let outcome = send
@@ -145,6 +150,13 @@ impl Acknowledge<Value> for Reporter {
         let report = match result {
             Ok(output) => Report::Complete(output.to_string()),
             Err(error) => match error.downcast_ref::<AttemptError>() {
+                Some(AttemptError::NotServed(action)) => Report::ReturnUnstarted(to_proto(
+                    ActionError::retryable(
+                        codes::ACTION_ERROR,
+                        format!("this worker does not serve `{action}`; handed back unstarted"),
+                    )
+                    .did_not_take_effect(),
+                )),
                 Some(attempt_error) => match attempt_error.failure() {
                     Some(failure) => Report::Fail(failure),
                     None => return Box::pin(async { Ok(()) }),
