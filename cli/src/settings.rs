@@ -4,8 +4,10 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context;
+use cairn_orchestrator::http_server::HttpLimits;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
@@ -43,6 +45,10 @@ pub struct Settings {
     /// PostgreSQL only: how long to wait for a connection or an answer before treating the connection as lost,
     /// in milliseconds (also the `idle_in_transaction_session_timeout` of Cairn's sessions where none is set).
     pub db_answer_deadline_ms: u64,
+    /// REST API: longest a client may take to send a request head, in ms; past it the connection is closed.
+    pub http_header_read_timeout_ms: u64,
+    /// REST API: most connections served at once; further ones wait in the listen queue.
+    pub max_http_connections: usize,
 }
 
 impl std::fmt::Debug for Settings {
@@ -60,6 +66,8 @@ impl std::fmt::Debug for Settings {
 
 impl Default for Settings {
     fn default() -> Self {
+        // The limits' defaults are the orchestrator's, written once there.
+        let http = HttpLimits::default();
         Self {
             db: "sqlite:cairn.db".into(),
             http: SocketAddr::from(([127, 0, 0, 1], 7400)),
@@ -75,12 +83,18 @@ impl Default for Settings {
             max_edges: cairn_core::validate::Limits::default().max_edges,
             shutdown_grace_ms: 10_000,
             db_answer_deadline_ms: u64::try_from(cairn_store::DEFAULT_ANSWER_DEADLINE.as_millis()).unwrap_or(30_000),
+            http_header_read_timeout_ms: millis(http.header_read_timeout),
+            max_http_connections: http.max_connections,
         }
     }
 }
 
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The settings keys, as environment variables take them (`CAIRN_DB`, `CAIRN_API_TOKEN`, …).
-const KEYS: [&str; 14] = [
+const KEYS: [&str; 16] = [
     "db",
     "http",
     "grpc",
@@ -95,6 +109,8 @@ const KEYS: [&str; 14] = [
     "max_edges",
     "shutdown_grace_ms",
     "db_answer_deadline_ms",
+    "http_header_read_timeout_ms",
+    "max_http_connections",
 ];
 
 impl Settings {
@@ -113,12 +129,36 @@ impl Settings {
         }
         // Only the keys above: other CAIRN_* variables configure workers and actions.
         figment = figment.merge(Env::prefixed("CAIRN_").only(&KEYS));
-        figment.extract().context("reading configuration (defaults, cairn.toml, CAIRN_* environment)")
+        let settings: Settings =
+            figment.extract().context("reading configuration (defaults, cairn.toml, CAIRN_* environment)")?;
+        settings.check()?;
+        Ok(settings)
+    }
+
+    /// Refuses limits of 0, which would serve nothing (no connection, no message) or time every client out at
+    /// once.
+    fn check(&self) -> anyhow::Result<()> {
+        let limits = [
+            ("http_header_read_timeout_ms", self.http_header_read_timeout_ms),
+            ("max_http_connections", self.max_http_connections as u64),
+        ];
+        for (key, value) in limits {
+            anyhow::ensure!(value > 0, "setting `{key}` must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The REST API's connection limits.
+    pub fn http_limits(&self) -> HttpLimits {
+        HttpLimits {
+            header_read_timeout: Duration::from_millis(self.http_header_read_timeout_ms),
+            max_connections: self.max_http_connections,
+        }
     }
 
     /// Engine settings derived from these.
     pub fn engine(&self) -> cairn_orchestrator::EngineConfig {
-        let lease_ttl = std::time::Duration::from_millis(self.lease_ttl_ms);
+        let lease_ttl = Duration::from_millis(self.lease_ttl_ms);
         cairn_orchestrator::EngineConfig {
             lease_ttl,
             startup_grace: lease_ttl,
@@ -131,5 +171,36 @@ impl Settings {
             },
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loads `toml` from a scratch file named after `test`.
+    fn load(test: &str, toml: &str) -> anyhow::Result<Settings> {
+        let path = std::env::temp_dir().join(format!("cairn-settings-{test}-{}.toml", std::process::id()));
+        std::fs::write(&path, toml).expect("a scratch config file");
+        let settings = Settings::load(Some(&path));
+        let _ = std::fs::remove_file(&path);
+        settings
+    }
+
+    #[test]
+    fn abuse_limits_are_read_from_the_file_into_typed_limits() {
+        let toml = "http_header_read_timeout_ms = 250\nmax_http_connections = 3\n";
+
+        let settings = load("limits", toml).expect("valid settings");
+
+        let http = settings.http_limits();
+        assert_eq!(http.header_read_timeout, Duration::from_millis(250), "milliseconds become a Duration");
+        assert_eq!(http.max_connections, 3);
+    }
+
+    #[test]
+    fn a_limit_of_zero_is_refused() {
+        let zero = load("zero", "max_http_connections = 0\n").expect_err("0 connections would serve nothing");
+        assert!(zero.to_string().contains("max_http_connections"), "the error names the key: {zero}");
     }
 }

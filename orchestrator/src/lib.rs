@@ -13,6 +13,7 @@
 //!   auth.
 //! - [`replies`]: answers to completions that handed out attempts, replayed to a resend of the same lease.
 //! - [`server`]: one orchestrator process (engine + REST + gRPC + reaper) on its listeners.
+//! - [`http_server`]: the REST API's accept loop: request head timeout, connection cap, graceful shutdown.
 //! - [`scheduler`]: cron schedules (definitions, the tick pass) and the loop driving every durable wait.
 //! - [`waits`]: approval decisions and timeouts, external events and `event.wait` steps.
 //! - [`config`]: engine settings with units in their types.
@@ -27,6 +28,7 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod grpc;
+pub mod http_server;
 pub mod metrics;
 pub mod planner;
 pub mod reaper;

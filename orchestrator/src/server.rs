@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use cairn_core::catalog::StaticCatalog;
 use cairn_core::clock::Clock;
 use cairn_store::Store;
@@ -20,6 +19,7 @@ use crate::clock::{ReferenceClock, SteadyClock, SystemClock};
 use crate::config::EngineConfig;
 use crate::engine::Engine;
 use crate::grpc::WorkerGrpc;
+use crate::http_server::{self, HttpLimits};
 
 /// Everything an orchestrator process needs.
 #[derive(Debug, Clone)]
@@ -34,6 +34,8 @@ pub struct ServerConfig {
     pub grpc_addr: SocketAddr,
     /// REST API settings (token, body limit).
     pub api: ApiConfig,
+    /// The REST API's connection limits (request head timeout, connection cap).
+    pub http: HttpLimits,
     /// Token workers must present; `None` only in `cairn dev`.
     pub worker_token: Option<String>,
     /// Engine settings.
@@ -110,20 +112,7 @@ impl Server {
         let router = api::router(engine.clone(), config.api.clone());
         let stop = CancellationToken::new();
         let http_stop = stop.clone();
-        let http_task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(
-                http.tap_io(|tcp| {
-                    // Small JSON answers must not wait for a delayed ACK (see the gRPC listener below).
-                    let _ = tcp.set_nodelay(true);
-                }),
-                router,
-            )
-            .with_graceful_shutdown(http_stop.cancelled_owned())
-            .await
-            {
-                tracing::error!(error = %e, "HTTP server stopped");
-            }
-        });
+        let http_task = tokio::spawn(http_server::serve(http, router, config.http, http_stop));
         let service = WorkerGrpc::service(engine.clone(), config.worker_token.clone());
         let grpc_stop = stop.clone();
         let grpc_task = tokio::spawn(async move {

@@ -24,6 +24,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use cairn_core::clock::ManualClock;
 use cairn_orchestrator::api::ApiConfig;
+use cairn_orchestrator::http_server::HttpLimits;
 use cairn_orchestrator::server::{Server, ServerConfig};
 use cairn_orchestrator::{Engine, EngineConfig};
 use jiff::Timestamp;
@@ -96,6 +97,8 @@ pub struct HttpAppOptions {
     pub engine: EngineConfig,
     /// REST body limit in bytes; `None` keeps the API default (8 MiB).
     pub max_body_bytes: Option<usize>,
+    /// The REST API's connection limits (request head timeout, connection cap).
+    pub http: HttpLimits,
 }
 
 /// A running orchestrator reached over HTTP, with a manual clock. Stops serving when dropped.
@@ -134,6 +137,7 @@ impl HttpApp {
             http_addr: local,
             grpc_addr: local,
             api,
+            http: options.http,
             worker_token: None,
             engine: options.engine,
             shutdown_grace: Duration::from_secs(10),

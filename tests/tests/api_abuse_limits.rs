@@ -1,0 +1,103 @@
+//! Abuse limits (issue "Hardening"): slow and greedy clients are cut off at documented limits while everyone
+//! else is served. Real sockets on 127.0.0.1 against the in-process orchestrator, with limits set small:
+//! request heads that stall (Slowloris) are disconnected and connections capped.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_core::clock::ManualClock;
+use cairn_orchestrator::http_server::HttpLimits;
+use cairn_tests::Backend;
+use cairn_tests::http::{HttpApp, HttpAppOptions, holds_for};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Longest any condition below may take to come true.
+const LIMIT: Duration = Duration::from_secs(10);
+/// How long something that must not happen is watched for.
+const QUIET: Duration = Duration::from_millis(600);
+
+async fn app(options: HttpAppOptions) -> HttpApp {
+    let clock = Arc::new(ManualClock::new("2027-03-14T12:00:00Z".parse().unwrap()));
+    HttpApp::start_with(Backend::Sqlite, clock, options).await
+}
+
+fn http_limits(header_read_timeout: Duration, max_connections: usize) -> HttpLimits {
+    HttpLimits { header_read_timeout, max_connections }
+}
+
+async fn connect(app: &HttpApp) -> TcpStream {
+    TcpStream::connect(app.base_url.trim_start_matches("http://")).await.unwrap()
+}
+
+/// Reads until the server closes the connection (end of stream or reset), at most [`LIMIT`]; returns what it
+/// sent before closing, or `None` when it kept the connection open.
+async fn read_until_closed(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut received = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => received.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, read).await.ok().map(|()| received)
+}
+
+/// Sends `GET /healthz` on `stream` (keep-alive) and reads its answer.
+async fn healthz_on(stream: &mut TcpStream) -> String {
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: cairn\r\n\r\n").await.unwrap();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !received.ends_with(b"\r\n\r\nok") {
+        let n = tokio::time::timeout(LIMIT, stream.read(&mut buf)).await.expect("an answer").unwrap();
+        assert!(n > 0, "the connection stays open for the answer");
+        received.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&received).into_owned()
+}
+
+#[tokio::test]
+async fn a_client_stalling_in_its_request_head_is_disconnected_while_others_are_served() {
+    let timeout = Duration::from_millis(300);
+    let app = app(HttpAppOptions { http: http_limits(timeout, 64), ..Default::default() }).await;
+    let mut half_head = connect(&app).await;
+    half_head.write_all(b"GET /healthz HTTP/1.1\r\nHost: cairn\r\n").await.unwrap();
+    let mut silent = connect(&app).await;
+    let mut idle = connect(&app).await;
+    assert!(healthz_on(&mut idle).await.starts_with("HTTP/1.1 200"), "a full request head is served");
+
+    let (status, _) = app.get("/healthz").await;
+    assert_eq!(status, 200, "other clients are served while the slow ones stall");
+
+    let sent = read_until_closed(&mut half_head).await;
+    assert_eq!(sent, Some(Vec::new()), "half a request head is disconnected without an answer");
+    let sent = read_until_closed(&mut silent).await;
+    assert_eq!(sent, Some(Vec::new()), "a connection that never sends a head is disconnected");
+    let sent = read_until_closed(&mut idle).await;
+    assert_eq!(sent, Some(Vec::new()), "an idle keep-alive connection is closed after the header read timeout");
+    let (status, _) = app.get("/healthz").await;
+    assert_eq!(status, 200, "the server keeps serving");
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_wait_in_the_queue_until_one_closes() {
+    let app = app(HttpAppOptions { http: http_limits(Duration::from_secs(30), 2), ..Default::default() }).await;
+    let (mut first, mut second) = (connect(&app).await, connect(&app).await);
+    assert!(healthz_on(&mut first).await.starts_with("HTTP/1.1 200"), "the first connection is served");
+    assert!(healthz_on(&mut second).await.starts_with("HTTP/1.1 200"), "the second connection is served");
+
+    let mut third = connect(&app).await;
+    let waiting = tokio::spawn(async move { healthz_on(&mut third).await });
+    holds_for(QUIET, "the connection over the cap is not served", || async { !waiting.is_finished() }).await;
+
+    drop(first);
+
+    let answer = tokio::time::timeout(LIMIT, waiting).await.expect("served once a connection closed").unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "the waiting connection is served: {answer}");
+    assert!(healthz_on(&mut second).await.starts_with("HTTP/1.1 200"), "open connections keep being served");
+}
