@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
+use cairn_orchestrator::api::ApiConfig;
 use cairn_orchestrator::http_server::HttpLimits;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -47,8 +48,12 @@ pub struct Settings {
     pub db_answer_deadline_ms: u64,
     /// REST API: longest a client may take to send a request head, in ms; past it the connection is closed.
     pub http_header_read_timeout_ms: u64,
+    /// REST API: longest a request body may take to arrive after its head, in ms; past it the answer is 408.
+    pub http_body_read_timeout_ms: u64,
     /// REST API: most connections served at once; further ones wait in the listen queue.
     pub max_http_connections: usize,
+    /// REST API: most live event streams open at once; the next one is answered 503.
+    pub max_sse_subscribers: usize,
 }
 
 impl std::fmt::Debug for Settings {
@@ -67,7 +72,7 @@ impl std::fmt::Debug for Settings {
 impl Default for Settings {
     fn default() -> Self {
         // The limits' defaults are the orchestrator's, written once there.
-        let http = HttpLimits::default();
+        let (api, http) = (ApiConfig::default(), HttpLimits::default());
         Self {
             db: "sqlite:cairn.db".into(),
             http: SocketAddr::from(([127, 0, 0, 1], 7400)),
@@ -84,7 +89,9 @@ impl Default for Settings {
             shutdown_grace_ms: 10_000,
             db_answer_deadline_ms: u64::try_from(cairn_store::DEFAULT_ANSWER_DEADLINE.as_millis()).unwrap_or(30_000),
             http_header_read_timeout_ms: millis(http.header_read_timeout),
+            http_body_read_timeout_ms: millis(api.body_read_timeout),
             max_http_connections: http.max_connections,
+            max_sse_subscribers: api.max_sse_subscribers,
         }
     }
 }
@@ -94,7 +101,7 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// The settings keys, as environment variables take them (`CAIRN_DB`, `CAIRN_API_TOKEN`, …).
-const KEYS: [&str; 16] = [
+const KEYS: [&str; 18] = [
     "db",
     "http",
     "grpc",
@@ -110,7 +117,9 @@ const KEYS: [&str; 16] = [
     "shutdown_grace_ms",
     "db_answer_deadline_ms",
     "http_header_read_timeout_ms",
+    "http_body_read_timeout_ms",
     "max_http_connections",
+    "max_sse_subscribers",
 ];
 
 impl Settings {
@@ -140,6 +149,7 @@ impl Settings {
     fn check(&self) -> anyhow::Result<()> {
         let limits = [
             ("http_header_read_timeout_ms", self.http_header_read_timeout_ms),
+            ("http_body_read_timeout_ms", self.http_body_read_timeout_ms),
             ("max_http_connections", self.max_http_connections as u64),
         ];
         for (key, value) in limits {

@@ -32,7 +32,7 @@ pub struct ServerConfig {
     pub http_addr: SocketAddr,
     /// Worker protocol (gRPC) listen address.
     pub grpc_addr: SocketAddr,
-    /// REST API settings (token, body limit).
+    /// REST API settings (token, body limit and read timeout, live stream cap).
     pub api: ApiConfig,
     /// The REST API's connection limits (request head timeout, connection cap).
     pub http: HttpLimits,

@@ -97,6 +97,10 @@ pub struct HttpAppOptions {
     pub engine: EngineConfig,
     /// REST body limit in bytes; `None` keeps the API default (8 MiB).
     pub max_body_bytes: Option<usize>,
+    /// REST body read timeout; `None` keeps the API default (30 s).
+    pub body_read_timeout: Option<Duration>,
+    /// Most live event streams; `None` keeps the API default (256).
+    pub max_sse_subscribers: Option<usize>,
     /// The REST API's connection limits (request head timeout, connection cap).
     pub http: HttpLimits,
 }
@@ -131,6 +135,8 @@ impl HttpApp {
         if let Some(limit) = options.max_body_bytes {
             api.max_body_bytes = limit;
         }
+        api.body_read_timeout = options.body_read_timeout.unwrap_or(api.body_read_timeout);
+        api.max_sse_subscribers = options.max_sse_subscribers.unwrap_or(api.max_sse_subscribers);
         let config = ServerConfig {
             db_url: db_url.clone(),
             db_answer_deadline: cairn_store::DEFAULT_ANSWER_DEADLINE,

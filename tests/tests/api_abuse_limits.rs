@@ -1,6 +1,7 @@
 //! Abuse limits (issue "Hardening"): slow and greedy clients are cut off at documented limits while everyone
 //! else is served. Real sockets on 127.0.0.1 against the in-process orchestrator, with limits set small:
-//! request heads that stall (Slowloris) are disconnected and connections capped.
+//! request heads that stall (Slowloris) are disconnected, stalled bodies answered 408, live event streams
+//! and connections capped.
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,7 +11,8 @@ use std::time::Duration;
 use cairn_core::clock::ManualClock;
 use cairn_orchestrator::http_server::HttpLimits;
 use cairn_tests::Backend;
-use cairn_tests::http::{HttpApp, HttpAppOptions, holds_for};
+use cairn_tests::http::{HttpApp, HttpAppOptions, holds_for, within};
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -82,6 +84,87 @@ async fn a_client_stalling_in_its_request_head_is_disconnected_while_others_are_
     assert_eq!(sent, Some(Vec::new()), "an idle keep-alive connection is closed after the header read timeout");
     let (status, _) = app.get("/healthz").await;
     assert_eq!(status, 200, "the server keeps serving");
+}
+
+#[tokio::test]
+async fn a_request_body_that_stalls_is_answered_408_in_json_and_nothing_is_stored() {
+    let app = app(HttpAppOptions { body_read_timeout: Some(Duration::from_millis(300)), ..Default::default() }).await;
+    let mut stream = connect(&app).await;
+    let head =
+        "POST /v1/runs HTTP/1.1\r\nHost: cairn\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(br#"{"plan": {"steps": [{"id": "a", "#).await.unwrap();
+
+    let answer = read_until_closed(&mut stream).await.expect("the server answers and closes the connection");
+
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or_else(|| panic!("an HTTP answer: {answer:?}"));
+    assert!(head.starts_with("HTTP/1.1 408"), "a stalled body is a 408: {answer}");
+    assert!(head.to_ascii_lowercase().contains("connection: close"), "the connection is closed: {head}");
+    let error: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("a JSON body ({e}): {body}"));
+    assert_eq!(error["code"], "body_timeout", "the error names the limit: {error:#}");
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "a message says why: {error:#}");
+    assert_eq!(error["details"]["timeout_ms"], 300, "the details give the limit: {error:#}");
+    assert!(app.runs().await.is_empty(), "nothing was stored");
+}
+
+#[tokio::test]
+async fn a_body_that_arrives_in_slow_pieces_within_the_timeout_is_accepted() {
+    let app = app(HttpAppOptions { body_read_timeout: Some(Duration::from_secs(5)), ..Default::default() }).await;
+    let body = serde_json::to_vec(&json!({"plan": {"steps": [{"id": "a", "action": "noop"}]}})).unwrap();
+    let mut stream = connect(&app).await;
+    let head = format!(
+        "POST /v1/runs HTTP/1.1\r\nHost: cairn\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    for piece in body.chunks(body.len() / 3 + 1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stream.write_all(piece).await.unwrap();
+    }
+
+    let answer = read_until_closed(&mut stream).await.expect("an answer");
+
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 201"), "a slow but timely body is accepted: {answer}");
+}
+
+/// Opens a live event stream of `run_id`; returns the response (open while it is kept).
+async fn subscribe(app: &HttpApp, run_id: &str) -> reqwest::Response {
+    app.request(reqwest::Method::GET, &format!("/v1/runs/{run_id}/events"))
+        .header(reqwest::header::ACCEPT, "text/event-stream")
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_live_stream_over_the_cap_gets_503_until_one_closes() {
+    let app = app(HttpAppOptions { max_sse_subscribers: Some(2), ..Default::default() }).await;
+    // No worker: the run stays open, and so do its streams.
+    let run_id = app.submit(json!({"steps": [{"id": "a", "action": "noop"}]})).await;
+    let first = subscribe(&app, &run_id).await;
+    let second = subscribe(&app, &run_id).await;
+    assert_eq!((first.status().as_u16(), second.status().as_u16()), (200, 200), "streams within the cap open");
+
+    let refused = subscribe(&app, &run_id).await;
+
+    assert_eq!(refused.status().as_u16(), 503, "the stream over the cap is refused");
+    assert!(refused.headers().contains_key(reqwest::header::RETRY_AFTER), "it says when to retry");
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(error["code"], "too_many_subscribers", "the error names the limit: {error:#}");
+    let (status, _) = app.get(&format!("/v1/runs/{run_id}/events")).await;
+    assert_eq!(status, 200, "the history as JSON is still served at the cap");
+
+    drop(first);
+    let third = within(LIMIT, "a stream opens once another closed", || async {
+        let response = subscribe(&app, &run_id).await;
+        (response.status() == 200).then_some(response)
+    })
+    .await;
+    assert_eq!(third.status(), 200);
+    drop((second, third));
 }
 
 #[tokio::test]
