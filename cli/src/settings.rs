@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use cairn_orchestrator::api::ApiConfig;
+use cairn_orchestrator::grpc::GrpcLimits;
 use cairn_orchestrator::http_server::HttpLimits;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -54,6 +55,12 @@ pub struct Settings {
     pub max_http_connections: usize,
     /// REST API: most live event streams open at once; the next one is answered 503.
     pub max_sse_subscribers: usize,
+    /// Worker protocol: largest message decoded or encoded, in bytes; a larger one fails its call (`OUT_OF_RANGE`).
+    pub grpc_max_message_bytes: usize,
+    /// Worker protocol: most calls in flight on one connection (HTTP/2 streams); a worker queues the next one.
+    pub grpc_max_concurrent_streams: u32,
+    /// Worker protocol: most connections at once; further ones wait in the listen queue.
+    pub grpc_max_connections: usize,
 }
 
 impl std::fmt::Debug for Settings {
@@ -72,7 +79,7 @@ impl std::fmt::Debug for Settings {
 impl Default for Settings {
     fn default() -> Self {
         // The limits' defaults are the orchestrator's, written once there.
-        let (api, http) = (ApiConfig::default(), HttpLimits::default());
+        let (api, http, grpc) = (ApiConfig::default(), HttpLimits::default(), GrpcLimits::default());
         Self {
             db: "sqlite:cairn.db".into(),
             http: SocketAddr::from(([127, 0, 0, 1], 7400)),
@@ -92,6 +99,9 @@ impl Default for Settings {
             http_body_read_timeout_ms: millis(api.body_read_timeout),
             max_http_connections: http.max_connections,
             max_sse_subscribers: api.max_sse_subscribers,
+            grpc_max_message_bytes: grpc.max_message_bytes,
+            grpc_max_concurrent_streams: grpc.max_concurrent_streams,
+            grpc_max_connections: grpc.max_connections,
         }
     }
 }
@@ -101,7 +111,7 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// The settings keys, as environment variables take them (`CAIRN_DB`, `CAIRN_API_TOKEN`, …).
-const KEYS: [&str; 18] = [
+const KEYS: [&str; 21] = [
     "db",
     "http",
     "grpc",
@@ -120,6 +130,9 @@ const KEYS: [&str; 18] = [
     "http_body_read_timeout_ms",
     "max_http_connections",
     "max_sse_subscribers",
+    "grpc_max_message_bytes",
+    "grpc_max_concurrent_streams",
+    "grpc_max_connections",
 ];
 
 impl Settings {
@@ -145,16 +158,27 @@ impl Settings {
     }
 
     /// Refuses limits of 0, which would serve nothing (no connection, no message) or time every client out at
-    /// once.
+    /// once, and a message limit too small for a step output.
     fn check(&self) -> anyhow::Result<()> {
         let limits = [
             ("http_header_read_timeout_ms", self.http_header_read_timeout_ms),
             ("http_body_read_timeout_ms", self.http_body_read_timeout_ms),
             ("max_http_connections", self.max_http_connections as u64),
+            ("grpc_max_message_bytes", self.grpc_max_message_bytes as u64),
+            ("grpc_max_concurrent_streams", u64::from(self.grpc_max_concurrent_streams)),
+            ("grpc_max_connections", self.grpc_max_connections as u64),
         ];
         for (key, value) in limits {
             anyhow::ensure!(value > 0, "setting `{key}` must be at least 1");
         }
+        // A completion carries its step's output in one message; one the orchestrator cannot decode is lost.
+        anyhow::ensure!(
+            self.grpc_max_message_bytes > self.max_output_bytes,
+            "setting `grpc_max_message_bytes` ({}) must exceed `max_output_bytes` ({}): a step output travels in \
+             one worker protocol message",
+            self.grpc_max_message_bytes,
+            self.max_output_bytes
+        );
         Ok(())
     }
 
@@ -163,6 +187,15 @@ impl Settings {
         HttpLimits {
             header_read_timeout: Duration::from_millis(self.http_header_read_timeout_ms),
             max_connections: self.max_http_connections,
+        }
+    }
+
+    /// The worker protocol's limits.
+    pub fn grpc_limits(&self) -> GrpcLimits {
+        GrpcLimits {
+            max_message_bytes: self.grpc_max_message_bytes,
+            max_concurrent_streams: self.grpc_max_concurrent_streams,
+            max_connections: self.grpc_max_connections,
         }
     }
 
@@ -199,18 +232,24 @@ mod tests {
 
     #[test]
     fn abuse_limits_are_read_from_the_file_into_typed_limits() {
-        let toml = "http_header_read_timeout_ms = 250\nmax_http_connections = 3\n";
+        let toml = "http_header_read_timeout_ms = 250\nmax_http_connections = 3\ngrpc_max_message_bytes = 2097152\n\
+                    grpc_max_concurrent_streams = 8\ngrpc_max_connections = 5\n";
 
         let settings = load("limits", toml).expect("valid settings");
 
         let http = settings.http_limits();
         assert_eq!(http.header_read_timeout, Duration::from_millis(250), "milliseconds become a Duration");
         assert_eq!(http.max_connections, 3);
+        let grpc = settings.grpc_limits();
+        assert_eq!((grpc.max_message_bytes, grpc.max_concurrent_streams, grpc.max_connections), (2_097_152, 8, 5));
     }
 
     #[test]
-    fn a_limit_of_zero_is_refused() {
+    fn a_limit_of_zero_or_a_message_limit_below_the_output_limit_is_refused() {
         let zero = load("zero", "max_http_connections = 0\n").expect_err("0 connections would serve nothing");
         assert!(zero.to_string().contains("max_http_connections"), "the error names the key: {zero}");
+
+        let small = load("small", "grpc_max_message_bytes = 1000\n").expect_err("an output would not fit");
+        assert!(small.to_string().contains("grpc_max_message_bytes"), "the error names the key: {small}");
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Errors map to gRPC codes once, here: invalid JSON or a missing lease is `INVALID_ARGUMENT` (not retryable);
 //! a store failure is `UNAVAILABLE` (retryable: the worker resends the same report, which is safe because every
-//! report is fenced by its lease); a bad token is `UNAUTHENTICATED`.
+//! report is fenced by its lease); a bad token is `UNAUTHENTICATED`. Message, stream and connection limits:
+//! [`GrpcLimits`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,10 @@ use crate::engine::Engine;
 use crate::replies::HandedReplies;
 
 mod completions;
+mod limits;
+
+pub use limits::GrpcLimits;
+pub(crate) use limits::capped;
 
 /// Longest a poll may wait for work; keeps idle connections observable and shutdown prompt.
 const MAX_POLL_WAIT: Duration = Duration::from_secs(30);
@@ -39,12 +44,18 @@ pub struct WorkerGrpc {
 pub type AuthenticatedService = InterceptedService<WorkerServiceServer<WorkerGrpc>, TokenCheck>;
 
 impl WorkerGrpc {
-    /// The service, requiring `Bearer <token>` when `token` is set.
+    /// The service, requiring `Bearer <token>` when `token` is set, with the default message size limit
+    /// ([`GrpcLimits::default`]).
     pub fn service(engine: Engine, token: Option<String>) -> AuthenticatedService {
-        WorkerServiceServer::with_interceptor(
-            WorkerGrpc { engine, replies: Arc::default() },
-            TokenCheck { expected: token.map(|t| format!("Bearer {t}")) },
-        )
+        Self::service_with_limit(engine, token, GrpcLimits::default().max_message_bytes)
+    }
+
+    /// As [`WorkerGrpc::service`], decoding and encoding messages of at most `max_message_bytes`.
+    pub fn service_with_limit(engine: Engine, token: Option<String>, max_message_bytes: usize) -> AuthenticatedService {
+        let server = WorkerServiceServer::new(WorkerGrpc { engine, replies: Arc::default() })
+            .max_decoding_message_size(max_message_bytes)
+            .max_encoding_message_size(max_message_bytes);
+        InterceptedService::new(server, TokenCheck { expected: token.map(|t| format!("Bearer {t}")) })
     }
 }
 

@@ -9,8 +9,8 @@
 //! - [`api`]: the REST API (axum) and its one error type.
 //! - [`view`]: the run as shown by the API and the CLI.
 //! - [`catalog`]: built-in plus registered actions, validated against at submit.
-//! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, complete batch, fail) and its
-//!   auth.
+//! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, complete batch, fail), its
+//!   auth and its limits (message size, streams, connections).
 //! - [`replies`]: answers to completions that handed out attempts, replayed to a resend of the same lease.
 //! - [`server`]: one orchestrator process (engine + REST + gRPC + reaper) on its listeners.
 //! - [`http_server`]: the REST API's accept loop: request head timeout, connection cap, graceful shutdown.

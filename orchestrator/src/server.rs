@@ -18,7 +18,7 @@ use crate::api::{self, ApiConfig};
 use crate::clock::{ReferenceClock, SteadyClock, SystemClock};
 use crate::config::EngineConfig;
 use crate::engine::Engine;
-use crate::grpc::WorkerGrpc;
+use crate::grpc::{GrpcLimits, WorkerGrpc};
 use crate::http_server::{self, HttpLimits};
 
 /// Everything an orchestrator process needs.
@@ -36,6 +36,8 @@ pub struct ServerConfig {
     pub api: ApiConfig,
     /// The REST API's connection limits (request head timeout, connection cap).
     pub http: HttpLimits,
+    /// The worker protocol's limits (message size, streams per connection, connection cap).
+    pub grpc: GrpcLimits,
     /// Token workers must present; `None` only in `cairn dev`.
     pub worker_token: Option<String>,
     /// Engine settings.
@@ -113,16 +115,20 @@ impl Server {
         let stop = CancellationToken::new();
         let http_stop = stop.clone();
         let http_task = tokio::spawn(http_server::serve(http, router, config.http, http_stop));
-        let service = WorkerGrpc::service(engine.clone(), config.worker_token.clone());
+        let service =
+            WorkerGrpc::service_with_limit(engine.clone(), config.worker_token.clone(), config.grpc.max_message_bytes);
         let grpc_stop = stop.clone();
+        let grpc_limits = config.grpc;
         let grpc_task = tokio::spawn(async move {
+            // Without TCP_NODELAY small HTTP/2 frames (a report, a poll answer) wait for the peer's delayed ACK:
+            // about 40 ms per exchange, which dominated every step's overhead.
+            let incoming = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
             let served = tonic::transport::Server::builder()
                 .trace_fn(grpc_span)
+                .max_concurrent_streams(grpc_limits.max_concurrent_streams)
                 .add_service(service)
                 .serve_with_incoming_shutdown(
-                    // Without TCP_NODELAY small HTTP/2 frames (a report, a poll answer) wait for the peer's
-                    // delayed ACK: about 40 ms per exchange, which dominated every step's overhead.
-                    tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true)),
+                    crate::grpc::capped(incoming, grpc_limits.max_connections),
                     grpc_stop.cancelled_owned(),
                 );
             if let Err(e) = served.await {

@@ -24,6 +24,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use cairn_core::clock::ManualClock;
 use cairn_orchestrator::api::ApiConfig;
+use cairn_orchestrator::grpc::GrpcLimits;
 use cairn_orchestrator::http_server::HttpLimits;
 use cairn_orchestrator::server::{Server, ServerConfig};
 use cairn_orchestrator::{Engine, EngineConfig};
@@ -103,6 +104,8 @@ pub struct HttpAppOptions {
     pub max_sse_subscribers: Option<usize>,
     /// The REST API's connection limits (request head timeout, connection cap).
     pub http: HttpLimits,
+    /// The worker protocol's limits (message size, streams per connection, connection cap).
+    pub grpc: GrpcLimits,
 }
 
 /// A running orchestrator reached over HTTP, with a manual clock. Stops serving when dropped.
@@ -144,6 +147,7 @@ impl HttpApp {
             grpc_addr: local,
             api,
             http: options.http,
+            grpc: options.grpc,
             worker_token: None,
             engine: options.engine,
             shutdown_grace: Duration::from_secs(10),

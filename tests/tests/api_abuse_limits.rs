@@ -1,7 +1,7 @@
 //! Abuse limits (issue "Hardening"): slow and greedy clients are cut off at documented limits while everyone
 //! else is served. Real sockets on 127.0.0.1 against the in-process orchestrator, with limits set small:
 //! request heads that stall (Slowloris) are disconnected, stalled bodies answered 408, live event streams
-//! and connections capped.
+//! and connections capped, and worker protocol messages, streams and connections bounded.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::clock::ManualClock;
+use cairn_orchestrator::grpc::GrpcLimits;
 use cairn_orchestrator::http_server::HttpLimits;
+use cairn_proto::v1::PollRequest;
+use cairn_proto::v1::worker_service_client::WorkerServiceClient;
 use cairn_tests::Backend;
 use cairn_tests::http::{HttpApp, HttpAppOptions, holds_for, within};
 use serde_json::{Value, json};
@@ -183,4 +186,74 @@ async fn connections_over_the_cap_wait_in_the_queue_until_one_closes() {
     let answer = tokio::time::timeout(LIMIT, waiting).await.expect("served once a connection closed").unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "the waiting connection is served: {answer}");
     assert!(healthz_on(&mut second).await.starts_with("HTTP/1.1 200"), "open connections keep being served");
+}
+
+fn poll(worker_id: &str, actions: Vec<String>, wait_ms: u64) -> PollRequest {
+    PollRequest { worker_id: worker_id.into(), actions, max_attempts: 1, wait_ms }
+}
+
+#[tokio::test]
+async fn a_worker_message_over_the_limit_fails_its_call_and_the_server_keeps_serving() {
+    let grpc = GrpcLimits { max_message_bytes: 64 * 1024, ..GrpcLimits::default() };
+    let app = app(HttpAppOptions { grpc, ..Default::default() }).await;
+    let mut worker = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
+
+    let oversized = worker.poll(poll("w1", vec!["x".repeat(100 * 1024)], 0)).await;
+
+    let status = oversized.expect_err("a message over the limit is refused");
+    assert!(
+        matches!(status.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted),
+        "the refusal says the message is too large: {status:?}"
+    );
+    let answer = worker.poll(poll("w1", vec!["noop".into()], 0)).await;
+    assert!(answer.is_ok(), "the same connection keeps serving calls within the limit: {answer:?}");
+}
+
+#[tokio::test]
+async fn worker_calls_over_the_stream_cap_wait_for_a_free_stream() {
+    let grpc = GrpcLimits { max_concurrent_streams: 1, ..GrpcLimits::default() };
+    let app = app(HttpAppOptions { grpc, ..Default::default() }).await;
+    let channel = tonic::transport::Endpoint::from_shared(app.grpc_url.clone()).unwrap().connect().await.unwrap();
+    // A first call, so the client has the server's HTTP/2 settings (a stream opened before they arrive is
+    // refused, which a worker's client retries as UNAVAILABLE).
+    let warm_up = WorkerServiceClient::new(channel.clone()).poll(poll("w0", vec!["noop".into()], 0)).await;
+    assert!(warm_up.is_ok(), "a call is served: {warm_up:?}");
+    let calls: Vec<_> = (0..2)
+        .map(|i| {
+            let mut worker = WorkerServiceClient::new(channel.clone());
+            tokio::spawn(async move { worker.poll(poll(&format!("w{i}"), vec!["noop".into()], 1500)).await })
+        })
+        .collect();
+
+    within(LIMIT, "a long poll waits on the orchestrator", || async {
+        (app.engine().waiting_polls() >= 1).then_some(())
+    })
+    .await;
+    holds_for(QUIET, "at most one call is in flight on the connection", || async { app.engine().waiting_polls() <= 1 })
+        .await;
+
+    for call in calls {
+        let answer = tokio::time::timeout(LIMIT, call).await.expect("each call ends").unwrap();
+        assert!(answer.is_ok(), "the queued call is served once the stream is free: {answer:?}");
+    }
+}
+
+#[tokio::test]
+async fn worker_connections_over_the_cap_wait_until_one_closes() {
+    let grpc = GrpcLimits { max_connections: 1, ..GrpcLimits::default() };
+    let app = app(HttpAppOptions { grpc, ..Default::default() }).await;
+    let mut first = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
+    assert!(first.poll(poll("w1", vec!["noop".into()], 0)).await.is_ok(), "the first connection is served");
+
+    let url = app.grpc_url.clone();
+    let waiting = tokio::spawn(async move {
+        let mut second = WorkerServiceClient::connect(url).await.map_err(|e| e.to_string())?;
+        second.poll(poll("w2", vec!["noop".into()], 0)).await.map_err(|e| e.to_string()).map(drop)
+    });
+    holds_for(QUIET, "the connection over the cap is not served", || async { !waiting.is_finished() }).await;
+
+    drop(first);
+
+    let served = tokio::time::timeout(LIMIT, waiting).await.expect("served once a connection closed").unwrap();
+    assert!(served.is_ok(), "the waiting connection is served: {served:?}");
 }

@@ -52,6 +52,7 @@ pub fn server_config(settings: &Settings, auth: bool) -> ServerConfig {
             planner: super::plan::server_planner(settings),
         },
         http: settings.http_limits(),
+        grpc: settings.grpc_limits(),
         worker_token: if auth { settings.worker_token.clone() } else { None },
         engine: settings.engine(),
         shutdown_grace: std::time::Duration::from_millis(settings.shutdown_grace_ms),
