@@ -7,6 +7,7 @@
 //! - [`submit`]: validation and timer resolution that turn a plan document into a stored run.
 //! - [`reaper`]: the background loop that fails attempts whose lease expired (crash, partition, timeout).
 //! - [`api`]: the REST API (axum) and its one error type.
+//! - [`auth`]: what a failed login on either API leaves behind (a counter and a log line, never the token).
 //! - [`view`]: the run as shown by the API and the CLI.
 //! - [`catalog`]: built-in plus registered actions, validated against at submit.
 //! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, complete batch, fail), its
@@ -23,6 +24,7 @@
 //! - [`planner`]: natural language → a validated plan through an OpenAI-compatible model, with a repair loop.
 
 pub mod api;
+pub mod auth;
 pub mod catalog;
 pub mod clock;
 pub mod config;

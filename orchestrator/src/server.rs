@@ -18,7 +18,7 @@ use crate::api::{self, ApiConfig};
 use crate::clock::{ReferenceClock, SteadyClock, SystemClock};
 use crate::config::EngineConfig;
 use crate::engine::Engine;
-use crate::grpc::{GrpcLimits, WorkerGrpc};
+use crate::grpc::{CallPath, GrpcLimits, WorkerGrpc};
 use crate::http_server::{self, HttpLimits};
 
 /// Everything an orchestrator process needs.
@@ -126,6 +126,7 @@ impl Server {
             let served = tonic::transport::Server::builder()
                 .trace_fn(grpc_span)
                 .max_concurrent_streams(grpc_limits.max_concurrent_streams)
+                .layer(tower::util::MapRequestLayer::new(with_call_path::<tonic::body::Body>))
                 .add_service(service)
                 .serve_with_incoming_shutdown(
                     crate::grpc::capped(incoming, grpc_limits.max_connections),
@@ -210,6 +211,14 @@ fn grpc_span(request: &axum::http::Request<()>) -> tracing::Span {
         tracing::info_span!("grpc.request", otel.name = %format!("cairn.v1.WorkerService/{method}"),
             otel.kind = "server", rpc.system = "grpc", rpc.method = %method)
     }
+}
+
+/// Puts the call's path in its extensions, for the token check to name the method of a failed login.
+fn with_call_path<B>(mut request: axum::http::Request<B>) -> axum::http::Request<B> {
+    if let Some(path) = request.uri().path_and_query().cloned() {
+        request.extensions_mut().insert(CallPath(path));
+    }
+    request
 }
 
 /// A database URL without its password, for messages.

@@ -8,7 +8,9 @@
 //! `GET /v1/approvals`. The `:verb` suffixes are parsed in the handlers because the router does not match
 //! suffixes after a path parameter.
 //!
-//! Bearer-token auth when a token is configured (always outside `cairn dev`); bodies over the configured size are refused with 413 and bodies slower than the body read timeout with 408
+//! Bearer-token auth when a token is configured (always outside `cairn dev`; a failed login is logged with the
+//! client's address and the route, never the token, and counted in `cairn_auth_failures_total{api="rest"}`);
+//! bodies over the configured size are refused with 413 and bodies slower than the body read timeout with 408
 //! ([`deadline`]); live event streams beyond `max_sse_subscribers` get 503; every error is JSON
 //! `{code, message, details}` ([`error::ApiError`]). Connection-level limits (request heads, connections) are
 //! the server's: [`crate::http_server`].
@@ -25,17 +27,19 @@ mod runs;
 mod schedules;
 mod trace;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::sync::Semaphore;
 
+use crate::auth::Api;
 use crate::engine::Engine;
 use crate::planner::Planner;
 use error::ApiError;
@@ -141,6 +145,11 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
     if let Some(token) = &state.token {
         let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         if given.and_then(|g| g.strip_prefix("Bearer ")) != Some(token.as_str()) {
+            let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+            let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
+            let route = format!("{} {route}", request.method());
+            let failures = state.engine.metrics().auth_failures(Api::Rest);
+            crate::auth::login_failed(Api::Rest, &failures, peer, &route);
             return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token")
                 .into_response();
         }
