@@ -4,8 +4,12 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context;
+use cairn_orchestrator::api::ApiConfig;
+use cairn_orchestrator::grpc::GrpcLimits;
+use cairn_orchestrator::http_server::HttpLimits;
 use cairn_workers::actions::address::{AddressPolicy, AllowedHost};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -54,6 +58,20 @@ pub struct Settings {
     /// never link-local or metadata addresses. In the environment: comma-separated.
     #[serde(deserialize_with = "host_list")]
     pub http_allow_hosts: Vec<AllowedHost>,
+    /// REST API: longest a client may take to send a request head, in ms; past it the connection is closed.
+    pub http_header_read_timeout_ms: u64,
+    /// REST API: longest a request body may take to arrive after its head, in ms; past it the answer is 408.
+    pub http_body_read_timeout_ms: u64,
+    /// REST API: most connections served at once; further ones wait in the listen queue.
+    pub max_http_connections: usize,
+    /// REST API: most live event streams open at once; the next one is answered 503.
+    pub max_sse_subscribers: usize,
+    /// Worker protocol: largest message decoded or encoded, in bytes; a larger one fails its call (`OUT_OF_RANGE`).
+    pub grpc_max_message_bytes: usize,
+    /// Worker protocol: most calls in flight on one connection (HTTP/2 streams); a worker queues the next one.
+    pub grpc_max_concurrent_streams: u32,
+    /// Worker protocol: most connections at once; further ones wait in the listen queue.
+    pub grpc_max_connections: usize,
 }
 
 /// What `http.request` may reach when the settings leave `http_allow_loopback` or `http_allow_private` unset.
@@ -99,6 +117,8 @@ impl std::fmt::Debug for Settings {
 
 impl Default for Settings {
     fn default() -> Self {
+        // The limits' defaults are the orchestrator's, written once there.
+        let (api, http, grpc) = (ApiConfig::default(), HttpLimits::default(), GrpcLimits::default());
         Self {
             db: "sqlite:cairn.db".into(),
             http: SocketAddr::from(([127, 0, 0, 1], 7400)),
@@ -117,12 +137,23 @@ impl Default for Settings {
             http_allow_loopback: None,
             http_allow_private: None,
             http_allow_hosts: Vec::new(),
+            http_header_read_timeout_ms: millis(http.header_read_timeout),
+            http_body_read_timeout_ms: millis(api.body_read_timeout),
+            max_http_connections: http.max_connections,
+            max_sse_subscribers: api.max_sse_subscribers,
+            grpc_max_message_bytes: grpc.max_message_bytes,
+            grpc_max_concurrent_streams: grpc.max_concurrent_streams,
+            grpc_max_connections: grpc.max_connections,
         }
     }
 }
 
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The settings keys, as environment variables take them (`CAIRN_DB`, `CAIRN_API_TOKEN`, …).
-const KEYS: [&str; 17] = [
+const KEYS: [&str; 24] = [
     "db",
     "http",
     "grpc",
@@ -140,6 +171,13 @@ const KEYS: [&str; 17] = [
     "http_allow_loopback",
     "http_allow_private",
     "http_allow_hosts",
+    "http_header_read_timeout_ms",
+    "http_body_read_timeout_ms",
+    "max_http_connections",
+    "max_sse_subscribers",
+    "grpc_max_message_bytes",
+    "grpc_max_concurrent_streams",
+    "grpc_max_connections",
 ];
 
 impl Settings {
@@ -158,7 +196,52 @@ impl Settings {
         }
         // Only the keys above: other CAIRN_* variables configure workers and actions.
         figment = figment.merge(Env::prefixed("CAIRN_").only(&KEYS));
-        figment.extract().context("reading configuration (defaults, cairn.toml, CAIRN_* environment)")
+        let settings: Settings =
+            figment.extract().context("reading configuration (defaults, cairn.toml, CAIRN_* environment)")?;
+        settings.check()?;
+        Ok(settings)
+    }
+
+    /// Refuses limits of 0, which would serve nothing (no connection, no message) or time every client out at
+    /// once, and a message limit too small for a step output.
+    fn check(&self) -> anyhow::Result<()> {
+        let limits = [
+            ("http_header_read_timeout_ms", self.http_header_read_timeout_ms),
+            ("http_body_read_timeout_ms", self.http_body_read_timeout_ms),
+            ("max_http_connections", self.max_http_connections as u64),
+            ("grpc_max_message_bytes", self.grpc_max_message_bytes as u64),
+            ("grpc_max_concurrent_streams", u64::from(self.grpc_max_concurrent_streams)),
+            ("grpc_max_connections", self.grpc_max_connections as u64),
+        ];
+        for (key, value) in limits {
+            anyhow::ensure!(value > 0, "setting `{key}` must be at least 1");
+        }
+        // A completion carries its step's output in one message; one the orchestrator cannot decode is lost.
+        anyhow::ensure!(
+            self.grpc_max_message_bytes > self.max_output_bytes,
+            "setting `grpc_max_message_bytes` ({}) must exceed `max_output_bytes` ({}): a step output travels in \
+             one worker protocol message",
+            self.grpc_max_message_bytes,
+            self.max_output_bytes
+        );
+        Ok(())
+    }
+
+    /// The REST API's connection limits.
+    pub fn http_limits(&self) -> HttpLimits {
+        HttpLimits {
+            header_read_timeout: Duration::from_millis(self.http_header_read_timeout_ms),
+            max_connections: self.max_http_connections,
+        }
+    }
+
+    /// The worker protocol's limits.
+    pub fn grpc_limits(&self) -> GrpcLimits {
+        GrpcLimits {
+            max_message_bytes: self.grpc_max_message_bytes,
+            max_concurrent_streams: self.grpc_max_concurrent_streams,
+            max_connections: self.grpc_max_connections,
+        }
     }
 
     /// The destinations `http.request` may reach, for a worker whose unset allowances default to `default`.
@@ -173,7 +256,7 @@ impl Settings {
 
     /// Engine settings derived from these.
     pub fn engine(&self) -> cairn_orchestrator::EngineConfig {
-        let lease_ttl = std::time::Duration::from_millis(self.lease_ttl_ms);
+        let lease_ttl = Duration::from_millis(self.lease_ttl_ms);
         cairn_orchestrator::EngineConfig {
             lease_ttl,
             startup_grace: lease_ttl,
@@ -244,5 +327,40 @@ mod tests {
             assert!(text.contains("http_allow_hosts") && text.contains("svc.internal:notaport"), "{text}");
             Ok(())
         });
+    }
+
+    /// Loads `toml` as `cairn.toml` in a jail (scratch directory and environment, one jail at a time, so the
+    /// other tests' environment variables never leak in).
+    fn load(_test: &str, toml: &str) -> anyhow::Result<Settings> {
+        let mut loaded = None;
+        load_in_jail(|jail| {
+            jail.create_file("cairn.toml", toml)?;
+            loaded = Some(Settings::load(None));
+            Ok(())
+        });
+        loaded.expect("the jail ran")
+    }
+
+    #[test]
+    fn abuse_limits_are_read_from_the_file_into_typed_limits() {
+        let toml = "http_header_read_timeout_ms = 250\nmax_http_connections = 3\ngrpc_max_message_bytes = 2097152\n\
+                    grpc_max_concurrent_streams = 8\ngrpc_max_connections = 5\n";
+
+        let settings = load("limits", toml).expect("valid settings");
+
+        let http = settings.http_limits();
+        assert_eq!(http.header_read_timeout, Duration::from_millis(250), "milliseconds become a Duration");
+        assert_eq!(http.max_connections, 3);
+        let grpc = settings.grpc_limits();
+        assert_eq!((grpc.max_message_bytes, grpc.max_concurrent_streams, grpc.max_connections), (2_097_152, 8, 5));
+    }
+
+    #[test]
+    fn a_limit_of_zero_or_a_message_limit_below_the_output_limit_is_refused() {
+        let zero = load("zero", "max_http_connections = 0\n").expect_err("0 connections would serve nothing");
+        assert!(zero.to_string().contains("max_http_connections"), "the error names the key: {zero}");
+
+        let small = load("small", "grpc_max_message_bytes = 1000\n").expect_err("an output would not fit");
+        assert!(small.to_string().contains("grpc_max_message_bytes"), "the error names the key: {small}");
     }
 }

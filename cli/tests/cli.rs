@@ -220,7 +220,10 @@ fn validate_refuses_a_when_of_fifty_thousand_terms_with_exit_1() {
 /// `unknown_action`; an unreachable `--server` is exit 2 (issue "Your own code", point 4).
 #[test]
 fn validate_against_a_catalog_file_accepts_a_registered_action_and_an_unreachable_server_is_exit_2() {
-    let plan = TempFile::new("own-action.json", r#"{"steps": [{"id": "who", "action": "crm.lookup", "args": {"id": "c-1"}}]}"#);
+    let plan = TempFile::new(
+        "own-action.json",
+        r#"{"steps": [{"id": "who", "action": "crm.lookup", "args": {"id": "c-1"}}]}"#,
+    );
     let catalog = TempFile::new(
         "catalog.json",
         &serde_json::json!({"actions": [{"name": "crm.lookup", "version": "1", "description": "", "effect": "read",

@@ -2,7 +2,9 @@
 //!
 //! Errors map to gRPC codes once, here: invalid JSON or a missing lease is `INVALID_ARGUMENT` (not retryable);
 //! a store failure is `UNAVAILABLE` (retryable: the worker resends the same report, which is safe because every
-//! report is fenced by its lease); a bad token is `UNAUTHENTICATED`.
+//! report is fenced by its lease); a bad token is `UNAUTHENTICATED` (logged with the client's address and the
+//! method, never the token, and counted in `cairn_auth_failures_total{api="grpc"}`). Message, stream and
+//! connection limits: [`GrpcLimits`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,10 +21,15 @@ use cairn_store::{Claimed, ErrorClass, HeartbeatOutcome, Lease, Report, StoreErr
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
+use crate::auth::Api;
 use crate::engine::Engine;
 use crate::replies::HandedReplies;
 
 mod completions;
+mod limits;
+
+pub use limits::GrpcLimits;
+pub(crate) use limits::capped;
 
 /// The gRPC service.
 #[derive(Debug, Clone)]
@@ -36,25 +43,39 @@ pub struct WorkerGrpc {
 pub type AuthenticatedService = InterceptedService<WorkerServiceServer<WorkerGrpc>, TokenCheck>;
 
 impl WorkerGrpc {
-    /// The service, requiring `Bearer <token>` when `token` is set.
+    /// The service, requiring `Bearer <token>` when `token` is set, with the default message size limit
+    /// ([`GrpcLimits::default`]).
     pub fn service(engine: Engine, token: Option<String>) -> AuthenticatedService {
-        WorkerServiceServer::with_interceptor(
-            WorkerGrpc { engine, replies: Arc::default() },
-            TokenCheck { expected: token.map(|t| format!("Bearer {t}")) },
-        )
+        Self::service_with_limit(engine, token, GrpcLimits::default().max_message_bytes)
+    }
+
+    /// As [`WorkerGrpc::service`], decoding and encoding messages of at most `max_message_bytes`.
+    pub fn service_with_limit(engine: Engine, token: Option<String>, max_message_bytes: usize) -> AuthenticatedService {
+        let failures = engine.metrics().auth_failures(Api::Grpc);
+        let server = WorkerServiceServer::new(WorkerGrpc { engine, replies: Arc::default() })
+            .max_decoding_message_size(max_message_bytes)
+            .max_encoding_message_size(max_message_bytes);
+        InterceptedService::new(server, TokenCheck { expected: token.map(|t| format!("Bearer {t}")), failures })
     }
 }
+
+/// The path of a call (`/cairn.v1.WorkerService/Poll`), put in the request's extensions before the token check
+/// (tonic's interceptors see metadata and extensions, not the URI), so a failed login can name its method.
+#[derive(Debug, Clone)]
+pub struct CallPath(pub axum::http::uri::PathAndQuery);
 
 /// Checks the `authorization` metadata against the configured worker token.
 #[derive(Clone)]
 pub struct TokenCheck {
     expected: Option<String>,
+    /// `cairn_auth_failures_total{api="grpc"}`.
+    failures: prometheus::IntCounter,
 }
 
 impl std::fmt::Debug for TokenCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the token.
-        f.debug_struct("TokenCheck").field("required", &self.expected.is_some()).finish()
+        f.debug_struct("TokenCheck").field("required", &self.expected.is_some()).finish_non_exhaustive()
     }
 }
 
@@ -63,7 +84,11 @@ impl tonic::service::Interceptor for TokenCheck {
         let Some(expected) = &self.expected else { return Ok(request) };
         match request.metadata().get("authorization").and_then(|v| v.to_str().ok()) {
             Some(given) if given == expected => Ok(request),
-            _ => Err(Status::unauthenticated("missing or wrong worker token")),
+            _ => {
+                let method = request.extensions().get::<CallPath>().map_or("unknown", |p| p.0.path());
+                crate::auth::login_failed(Api::Grpc, &self.failures, request.remote_addr(), method);
+                Err(Status::unauthenticated("missing or wrong worker token"))
+            }
         }
     }
 }

@@ -7,12 +7,14 @@
 //! - [`submit`]: validation and timer resolution that turn a plan document into a stored run.
 //! - [`reaper`]: the background loop that fails attempts whose lease expired (crash, partition, timeout).
 //! - [`api`]: the REST API (axum) and its one error type.
+//! - [`auth`]: what a failed login on either API leaves behind (a counter and a log line, never the token).
 //! - [`view`]: the run as shown by the API and the CLI.
 //! - [`catalog`]: built-in plus registered actions, validated against at submit.
-//! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, complete batch, fail) and its
-//!   auth.
+//! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, complete batch, fail), its
+//!   auth and its limits (message size, streams, connections).
 //! - [`replies`]: answers to completions that handed out attempts, replayed to a resend of the same lease.
 //! - [`server`]: one orchestrator process (engine + REST + gRPC + reaper) on its listeners.
+//! - [`http_server`]: the REST API's accept loop: request head timeout, connection cap, graceful shutdown.
 //! - [`scheduler`]: cron schedules (definitions, the tick pass) and the loop driving every durable wait.
 //! - [`waits`]: approval decisions and timeouts, external events and `event.wait` steps.
 //! - [`config`]: engine settings with units in their types.
@@ -22,11 +24,13 @@
 //! - [`planner`]: natural language → a validated plan through an OpenAI-compatible model, with a repair loop.
 
 pub mod api;
+pub mod auth;
 pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod grpc;
+pub mod http_server;
 pub mod metrics;
 pub mod planner;
 pub mod reaper;

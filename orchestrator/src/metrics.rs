@@ -9,14 +9,18 @@
 //!   claimable) and the attempt duration (claim to report) histograms, and the workers heard from (poll,
 //!   heartbeat, report) within one lease TTL. With several orchestrators, sum these across them.
 //!
-//! Times come from the engine's clock, like every decision the engine makes.
+//! Times come from the engine's clock, like every decision the engine makes. Failed logins on either API are
+//! counted here by [`crate::auth::login_failed`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::auth::Api;
 use cairn_core::state::{RunStatus, StepStatus};
 use cairn_store::stats::StoreStats;
-use prometheus::{Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 /// Latency buckets in seconds: 5 ms to ~1 h, roughly ×3 apart (dispatch waits and attempts span that range).
 const BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0, 120.0, 600.0, 3600.0];
@@ -43,6 +47,7 @@ pub struct Metrics {
     step_duration: HistogramVec,
     one_call: IntCounterVec,
     completions: IntCounterVec,
+    auth_failures: IntCounterVec,
     /// Worker id → when it was last heard from (epoch ms).
     workers: Mutex<HashMap<String, i64>>,
 }
@@ -98,15 +103,27 @@ impl Metrics {
             &["call"],
         )
         .expect("constant metric names and labels are valid");
+        let auth_failures = IntCounterVec::new(
+            Opts::new(
+                "cairn_auth_failures_total",
+                "Requests refused for a missing or wrong token, by API (`rest`: the bearer token of `/v1`; `grpc`: the \
+                 worker token).",
+            ),
+            &["api"],
+        )
+        .expect("constant metric names and labels are valid");
         let registry = Registry::new();
         for collector in [&dispatch_latency, &step_duration] {
             registry.register(Box::new(collector.clone())).expect("each metric is registered once");
         }
-        for collector in [&one_call, &completions] {
+        for collector in [&one_call, &completions, &auth_failures] {
             registry.register(Box::new(collector.clone())).expect("each metric is registered once");
         }
         for call in ["complete", "complete_batch"] {
             completions.with_label_values(&[call]);
+        }
+        for api in [Api::Rest, Api::Grpc] {
+            auth_failures.with_label_values(&[api.as_str()]);
         }
         // Every outcome is exported from the start (0 until it happens); `one_call` then only adds.
         for path in ["chain", "leaves"] {
@@ -114,7 +131,21 @@ impl Metrics {
                 one_call.with_label_values(&[path, outcome]);
             }
         }
-        Self { registry, dispatch_latency, step_duration, one_call, completions, workers: Mutex::default() }
+        Self {
+            registry,
+            dispatch_latency,
+            step_duration,
+            one_call,
+            completions,
+            auth_failures,
+            workers: Mutex::default(),
+        }
+    }
+
+    /// The counter of failed logins on `api` (`cairn_auth_failures_total{api}`), for
+    /// [`crate::auth::login_failed`].
+    pub fn auth_failures(&self, api: Api) -> IntCounter {
+        self.auth_failures.with_label_values(&[api.as_str()])
     }
 
     /// `count` completions arrived in one `call` (`complete` or `complete_batch`).
@@ -292,6 +323,7 @@ mod tests {
     use cairn_store::stats::{AttemptCount, StatusCount};
 
     use super::*;
+    use crate::auth::{Api, login_failed};
 
     #[test]
     fn a_scrape_has_every_family_with_zeroes_for_absent_statuses() {
@@ -350,6 +382,18 @@ mod tests {
             "cairn_one_call_completions_total{outcome=\"fell_back\",path=\"leaves\"} 0",
             "cairn_one_call_completions_total{outcome=\"unknown\",path=\"leaves\"} 1",
         ] {
+            assert!(text.lines().any(|l| l == line), "the scrape has `{line}`:\n{text}");
+        }
+    }
+
+    #[test]
+    fn failed_logins_are_counted_by_api_from_zero() {
+        let metrics = Metrics::new();
+        login_failed(Api::Grpc, &metrics.auth_failures(Api::Grpc), None, "/cairn.v1.WorkerService/Poll");
+
+        let text = metrics.render(None, EngineGauges::default(), 0, 10_000);
+
+        for line in ["cairn_auth_failures_total{api=\"rest\"} 0", "cairn_auth_failures_total{api=\"grpc\"} 1"] {
             assert!(text.lines().any(|l| l == line), "the scrape has `{line}`:\n{text}");
         }
     }

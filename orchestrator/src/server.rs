@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use cairn_core::catalog::StaticCatalog;
 use cairn_core::clock::Clock;
 use cairn_store::Store;
@@ -19,7 +18,8 @@ use crate::api::{self, ApiConfig};
 use crate::clock::{ReferenceClock, SteadyClock, SystemClock};
 use crate::config::EngineConfig;
 use crate::engine::Engine;
-use crate::grpc::WorkerGrpc;
+use crate::grpc::{CallPath, GrpcLimits, WorkerGrpc};
+use crate::http_server::{self, HttpLimits};
 
 /// Everything an orchestrator process needs.
 #[derive(Debug, Clone)]
@@ -32,8 +32,12 @@ pub struct ServerConfig {
     pub http_addr: SocketAddr,
     /// Worker protocol (gRPC) listen address.
     pub grpc_addr: SocketAddr,
-    /// REST API settings (token, body limit).
+    /// REST API settings (token, body limit and read timeout, live stream cap).
     pub api: ApiConfig,
+    /// The REST API's connection limits (request head timeout, connection cap).
+    pub http: HttpLimits,
+    /// The worker protocol's limits (message size, streams per connection, connection cap).
+    pub grpc: GrpcLimits,
     /// Token workers must present; `None` only in `cairn dev`.
     pub worker_token: Option<String>,
     /// Engine settings.
@@ -110,30 +114,22 @@ impl Server {
         let router = api::router(engine.clone(), config.api.clone());
         let stop = CancellationToken::new();
         let http_stop = stop.clone();
-        let http_task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(
-                http.tap_io(|tcp| {
-                    // Small JSON answers must not wait for a delayed ACK (see the gRPC listener below).
-                    let _ = tcp.set_nodelay(true);
-                }),
-                router,
-            )
-            .with_graceful_shutdown(http_stop.cancelled_owned())
-            .await
-            {
-                tracing::error!(error = %e, "HTTP server stopped");
-            }
-        });
-        let service = WorkerGrpc::service(engine.clone(), config.worker_token.clone());
+        let http_task = tokio::spawn(http_server::serve(http, router, config.http, http_stop));
+        let service =
+            WorkerGrpc::service_with_limit(engine.clone(), config.worker_token.clone(), config.grpc.max_message_bytes);
         let grpc_stop = stop.clone();
+        let grpc_limits = config.grpc;
         let grpc_task = tokio::spawn(async move {
+            // Without TCP_NODELAY small HTTP/2 frames (a report, a poll answer) wait for the peer's delayed ACK:
+            // about 40 ms per exchange, which dominated every step's overhead.
+            let incoming = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
             let served = tonic::transport::Server::builder()
                 .trace_fn(grpc_span)
+                .max_concurrent_streams(grpc_limits.max_concurrent_streams)
+                .layer(tower::util::MapRequestLayer::new(with_call_path::<tonic::body::Body>))
                 .add_service(service)
                 .serve_with_incoming_shutdown(
-                    // Without TCP_NODELAY small HTTP/2 frames (a report, a poll answer) wait for the peer's
-                    // delayed ACK: about 40 ms per exchange, which dominated every step's overhead.
-                    tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true)),
+                    crate::grpc::capped(incoming, grpc_limits.max_connections),
                     grpc_stop.cancelled_owned(),
                 );
             if let Err(e) = served.await {
@@ -215,6 +211,14 @@ fn grpc_span(request: &axum::http::Request<()>) -> tracing::Span {
         tracing::info_span!("grpc.request", otel.name = %format!("cairn.v1.WorkerService/{method}"),
             otel.kind = "server", rpc.system = "grpc", rpc.method = %method)
     }
+}
+
+/// Puts the call's path in its extensions, for the token check to name the method of a failed login.
+fn with_call_path<B>(mut request: axum::http::Request<B>) -> axum::http::Request<B> {
+    if let Some(path) = request.uri().path_and_query().cloned() {
+        request.extensions_mut().insert(CallPath(path));
+    }
+    request
 }
 
 /// A database URL without its password, for messages.

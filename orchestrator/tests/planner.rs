@@ -285,6 +285,8 @@ async fn server(planner: Option<Planner>) -> Server {
         http_addr: local,
         grpc_addr: local,
         api: ApiConfig { planner: planner.map(Arc::new), ..ApiConfig::default() },
+        http: Default::default(),
+        grpc: Default::default(),
         worker_token: None,
         engine: Default::default(),
         shutdown_grace: std::time::Duration::from_secs(1),

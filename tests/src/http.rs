@@ -25,6 +25,8 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use cairn_core::clock::ManualClock;
 use cairn_orchestrator::api::ApiConfig;
+use cairn_orchestrator::grpc::GrpcLimits;
+use cairn_orchestrator::http_server::HttpLimits;
 use cairn_orchestrator::server::{Server, ServerConfig};
 use cairn_orchestrator::{Engine, EngineConfig};
 use jiff::Timestamp;
@@ -97,6 +99,14 @@ pub struct HttpAppOptions {
     pub engine: EngineConfig,
     /// REST body limit in bytes; `None` keeps the API default (8 MiB).
     pub max_body_bytes: Option<usize>,
+    /// REST body read timeout; `None` keeps the API default (30 s).
+    pub body_read_timeout: Option<Duration>,
+    /// Most live event streams; `None` keeps the API default (256).
+    pub max_sse_subscribers: Option<usize>,
+    /// The REST API's connection limits (request head timeout, connection cap).
+    pub http: HttpLimits,
+    /// The worker protocol's limits (message size, streams per connection, connection cap).
+    pub grpc: GrpcLimits,
 }
 
 /// A running orchestrator reached over HTTP, with a manual clock. Stops serving when dropped.
@@ -129,12 +139,16 @@ impl HttpApp {
         if let Some(limit) = options.max_body_bytes {
             api.max_body_bytes = limit;
         }
+        api.body_read_timeout = options.body_read_timeout.unwrap_or(api.body_read_timeout);
+        api.max_sse_subscribers = options.max_sse_subscribers.unwrap_or(api.max_sse_subscribers);
         let config = ServerConfig {
             db_url: db_url.clone(),
             db_answer_deadline: cairn_store::DEFAULT_ANSWER_DEADLINE,
             http_addr: local,
             grpc_addr: local,
             api,
+            http: options.http,
+            grpc: options.grpc,
             worker_token: None,
             engine: options.engine,
             shutdown_grace: Duration::from_secs(10),

@@ -44,7 +44,12 @@ async fn worker(app: &HttpApp, id: &str, actions: &[&str]) -> WorkerServiceClien
 }
 
 fn poll(id: &str, actions: &[&str]) -> PollRequest {
-    PollRequest { worker_id: id.into(), actions: actions.iter().map(|a| (*a).to_owned()).collect(), max_attempts: 4, wait_ms: 200 }
+    PollRequest {
+        worker_id: id.into(),
+        actions: actions.iter().map(|a| (*a).to_owned()).collect(),
+        max_attempts: 4,
+        wait_ms: 200,
+    }
 }
 
 fn render() -> serde_json::Value {
@@ -70,22 +75,30 @@ async fn d25_a_b_a_step_waits_visibly_for_a_worker_that_serves_it_and_one_handed
             .fail(FailRequest {
                 worker_id: "w-old".into(),
                 lease: raced[0].lease.clone(),
-                failure: Some(Failure { code: "action_error".into(), did_not_take_effect: true, retryable: true,
-                    ..Failure::default() }),
+                failure: Some(Failure {
+                    code: "action_error".into(),
+                    did_not_take_effect: true,
+                    retryable: true,
+                    ..Failure::default()
+                }),
                 not_started: true,
             })
             .await
             .unwrap()
             .into_inner();
         let after_race = app.run(&run_id).await;
-        let new_gets = new.poll(poll("w-new", &["noop", "http.request", "report.render"])).await.unwrap().into_inner().attempts;
+        let new_gets =
+            new.poll(poll("w-new", &["noop", "http.request", "report.render"])).await.unwrap().into_inner().attempts;
 
         assert!(old_gets.is_empty(), "{backend:?}: (a) W-old never receives render");
         assert_eq!(step(&waiting, "render")["waiting_for"], json!({"kind": "worker", "action": "report.render"}));
         assert_eq!(back.outcome(), ReportOutcome::RetryScheduled, "{backend:?}: (b) the claim is undone");
         let render = step(&after_race, "render");
-        assert_eq!((render["status"].as_str(), render["attempts"].as_u64()), (Some("ready"), Some(0)),
-            "{backend:?}: (b) ready at once, no attempt used: {render:#}");
+        assert_eq!(
+            (render["status"].as_str(), render["attempts"].as_u64()),
+            (Some("ready"), Some(0)),
+            "{backend:?}: (b) ready at once, no attempt used: {render:#}"
+        );
         assert_eq!(new_gets.len(), 1, "{backend:?}: W-new's first poll gets it");
         assert_eq!(new_gets[0].lease.as_ref().unwrap().attempt, 1, "{backend:?}: as attempt 1");
     }
@@ -99,7 +112,8 @@ async fn d25_e_an_action_no_worker_ever_registered_is_refused_at_validation() {
         let (status, refused) = app.post("/v1/runs", &json!({"plan": render()})).await;
 
         assert_eq!(status, 422, "{backend:?}: {refused:#}");
-        let codes: Vec<&str> = refused["details"]["diagnostics"].as_array().unwrap().iter().filter_map(|d| d["code"].as_str()).collect();
+        let codes: Vec<&str> =
+            refused["details"]["diagnostics"].as_array().unwrap().iter().filter_map(|d| d["code"].as_str()).collect();
         assert_eq!(codes, ["unknown_action"], "{backend:?}");
     }
 }

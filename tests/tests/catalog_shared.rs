@@ -79,7 +79,9 @@ async fn an_action_registered_through_one_orchestrator_is_accepted_by_another_an
         let dir = cairn_tests::http::TempDir::new();
         let plan_file = dir.path().join("plan.json");
         std::fs::write(&plan_file, plan().to_string()).unwrap();
-        let checked = cairn_tests::http::cairn(dir.path(), &["validate", "--server", &app.base_url, plan_file.to_str().unwrap()]).await;
+        let checked =
+            cairn_tests::http::cairn(dir.path(), &["validate", "--server", &app.base_url, plan_file.to_str().unwrap()])
+                .await;
 
         assert_eq!(checked.code, Some(0), "{backend:?}: `cairn validate --server` knows it: {}", checked.stdout);
         assert!(through_other.is_ok(), "{backend:?}: another orchestrator accepts it: {through_other:?}");

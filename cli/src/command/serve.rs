@@ -47,8 +47,12 @@ pub fn server_config(settings: &Settings, auth: bool) -> ServerConfig {
         api: ApiConfig {
             token: if auth { settings.api_token.clone() } else { None },
             max_body_bytes: settings.max_body_bytes,
+            body_read_timeout: std::time::Duration::from_millis(settings.http_body_read_timeout_ms),
+            max_sse_subscribers: settings.max_sse_subscribers,
             planner: super::plan::server_planner(settings),
         },
+        http: settings.http_limits(),
+        grpc: settings.grpc_limits(),
         worker_token: if auth { settings.worker_token.clone() } else { None },
         engine: settings.engine(),
         shutdown_grace: std::time::Duration::from_millis(settings.shutdown_grace_ms),

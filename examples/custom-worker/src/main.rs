@@ -55,7 +55,9 @@ impl Action for Export {
     async fn run(&self, args: ExportArgs, ctx: &ActionContext) -> Result<ExportOutput, ActionError> {
         if args.segment.is_empty() {
             // Repeating would fail the same way: permanent, and nothing was done.
-            return Err(ActionError::permanent(codes::INVALID_ARGS, "`segment` must not be empty").did_not_take_effect());
+            return Err(
+                ActionError::permanent(codes::INVALID_ARGS, "`segment` must not be empty").did_not_take_effect()
+            );
         }
         if args.segment == "busy" {
             // The store asks to come back later: retried after at least 30 s.

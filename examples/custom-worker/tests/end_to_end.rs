@@ -36,7 +36,8 @@ async fn the_example_worker_serves_its_action_and_the_plan_succeeds() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
 
-    let run = orchestrator.wait_run(&run_id, "the run ends", Duration::from_secs(60), |r| r["status"] == "succeeded").await;
+    let run =
+        orchestrator.wait_run(&run_id, "the run ends", Duration::from_secs(60), |r| r["status"] == "succeeded").await;
     let _ = worker.kill();
     let _ = worker.wait();
 

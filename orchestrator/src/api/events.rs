@@ -1,16 +1,20 @@
 //! `GET /v1/runs/{id}/events`: the run's history as JSON (`?after=ID&limit=N`), or as a live
 //! `text/event-stream` when the client asks for it: one SSE event per history entry (`id` = sequence number,
 //! `event` = kind, `data` = the entry as JSON), ending after the run finished and everything was sent, or when
-//! the orchestrator shuts down (a client resumes with `Last-Event-ID` or `?after=`).
+//! the orchestrator shuts down (a client resumes with `Last-Event-ID` or `?after=`). At most
+//! `max_sse_subscribers` live streams are open at once: the next one is answered 503 `too_many_subscribers`
+//! (with `Retry-After`) until one ends, because every stream holds a connection and reads the store five
+//! times a second.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use futures::stream::{self, Stream};
 use serde::Deserialize;
 use serde_json::json;
@@ -29,6 +33,9 @@ pub(super) struct EventsQuery {
 /// can serve one run's stream).
 const POLL: Duration = Duration::from_millis(200);
 
+/// `Retry-After` of a refused live stream, in seconds.
+const RETRY_SUBSCRIBING_AFTER_S: u32 = 5;
+
 pub(super) async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -44,11 +51,32 @@ pub(super) async fn events(
     let wants_stream =
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/event-stream"));
     if wants_stream {
-        return Ok(Sse::new(live(state, id, after)).keep_alive(KeepAlive::default()).into_response());
+        let Ok(subscriber) = state.subscribers.clone().try_acquire_owned() else {
+            return Ok(too_many_subscribers());
+        };
+        // The permit lives as long as the stream: hyper drops the stream when the client goes away.
+        let stream = live(state, id, after).map(move |event| {
+            let _subscriber = &subscriber;
+            event
+        });
+        return Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response());
     }
     let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
     let events = state.engine.store().events(&id, after, limit).await?;
     Ok(Json(json!({"events": events})).into_response())
+}
+
+/// 503 `too_many_subscribers`: every live stream this orchestrator may serve is open.
+fn too_many_subscribers() -> Response {
+    let mut error = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too_many_subscribers",
+        "too many live event streams are open on this orchestrator; retry later, or read the history as JSON",
+    );
+    error.details = json!({"retry_after_s": RETRY_SUBSCRIBING_AFTER_S});
+    let mut answer = error.into_response();
+    answer.headers_mut().insert(header::RETRY_AFTER, RETRY_SUBSCRIBING_AFTER_S.into());
+    answer
 }
 
 /// Waits [`POLL`], or less when the orchestrator begins to shut down.

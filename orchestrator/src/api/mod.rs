@@ -8,10 +8,15 @@
 //! `GET /v1/approvals`. The `:verb` suffixes are parsed in the handlers because the router does not match
 //! suffixes after a path parameter.
 //!
-//! Bearer-token auth when a token is configured (always outside `cairn dev`); bodies over the configured size
-//! are refused with 413; every error is JSON `{code, message, details}` ([`error::ApiError`]).
+//! Bearer-token auth when a token is configured (always outside `cairn dev`; a failed login is logged with the
+//! client's address and the route, never the token, and counted in `cairn_auth_failures_total{api="rest"}`);
+//! bodies over the configured size are refused with 413 and bodies slower than the body read timeout with 408
+//! ([`deadline`]); live event streams beyond `max_sse_subscribers` get 503; every error is JSON
+//! `{code, message, details}` ([`error::ApiError`]). Connection-level limits (request heads, connections) are
+//! the server's: [`crate::http_server`].
 
 mod body;
+mod deadline;
 pub mod error;
 mod events;
 mod events_in;
@@ -22,15 +27,19 @@ mod runs;
 mod schedules;
 mod trace;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use tokio::sync::Semaphore;
 
+use crate::auth::Api;
 use crate::engine::Engine;
 use crate::planner::Planner;
 use error::ApiError;
@@ -42,13 +51,25 @@ pub struct ApiConfig {
     pub token: Option<String>,
     /// Largest accepted request body, in bytes (default 8 MiB).
     pub max_body_bytes: usize,
+    /// Longest a request body may take to arrive, counted from the end of its head; past it the request is
+    /// answered 408 `body_timeout` and its connection closed (default 30 s).
+    pub body_read_timeout: Duration,
+    /// Most live event streams (`GET /v1/runs/{id}/events` as `text/event-stream`) open at once; the next one
+    /// is answered 503 `too_many_subscribers` until one closes (default 256).
+    pub max_sse_subscribers: usize,
     /// The planner behind `POST /v1/plans:draft`; `None` answers 503 `planner_unconfigured`.
     pub planner: Option<Arc<Planner>>,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        Self { token: None, max_body_bytes: 8 * 1024 * 1024, planner: None }
+        Self {
+            token: None,
+            max_body_bytes: 8 * 1024 * 1024,
+            body_read_timeout: Duration::from_secs(30),
+            max_sse_subscribers: 256,
+            planner: None,
+        }
     }
 }
 
@@ -59,11 +80,14 @@ pub struct AppState {
     pub engine: Engine,
     token: Option<String>,
     planner: Option<Arc<Planner>>,
+    /// One permit per live event stream that may be open ([`ApiConfig::max_sse_subscribers`]).
+    subscribers: Arc<Semaphore>,
 }
 
-/// The router with every route, auth and the body limit.
+/// The router with every route, auth, the body limit and the body read timeout.
 pub fn router(engine: Engine, config: ApiConfig) -> Router {
-    let state = AppState { engine, token: config.token, planner: config.planner };
+    let subscribers = Arc::new(Semaphore::new(config.max_sse_subscribers));
+    let state = AppState { engine, token: config.token, planner: config.planner, subscribers };
     let v1 = Router::new()
         .route("/v1/plans:validate", post(runs::validate))
         .route("/v1/plans:draft", post(plans::draft))
@@ -91,6 +115,7 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
         .layer(middleware::from_fn(refuse_nul_in_path))
         .layer(middleware::map_response(error::json_errors))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(middleware::from_fn_with_state(config.body_read_timeout, deadline::body_deadline))
         .layer(middleware::from_fn(trace::request_span))
         .with_state(state)
 }
@@ -120,6 +145,11 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
     if let Some(token) = &state.token {
         let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         if given.and_then(|g| g.strip_prefix("Bearer ")) != Some(token.as_str()) {
+            let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+            let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
+            let route = format!("{} {route}", request.method());
+            let failures = state.engine.metrics().auth_failures(Api::Rest);
+            crate::auth::login_failed(Api::Rest, &failures, peer, &route);
             return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token")
                 .into_response();
         }
