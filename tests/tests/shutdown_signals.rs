@@ -55,6 +55,7 @@ async fn sigterm_stops_serve_with_exit_0_ending_streams_and_losing_nothing() {
 
 #[tokio::test]
 async fn sigterm_stops_dev_with_exit_0() {
+    cairn_workers::actions::install_crypto_provider();
     let dir = TempDir::new();
     let (http, grpc) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
     let db = format!("sqlite:{}", dir.path().join("dev.db").display());
