@@ -1,4 +1,5 @@
-//! The example worker end to end: a real `cairn serve`, this example's binary as the worker, and its plan.
+//! The example worker end to end: a real `cairn serve`, this example's binary as the worker of `crm.export`, a
+//! `cairn worker` for the built-ins, and the example's plan.
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,6 +14,8 @@ use cairn_tests::process::Orchestrator;
 async fn the_example_worker_serves_its_action_and_the_plan_succeeds() {
     let dir = TempDir::new();
     let orchestrator = Orchestrator::start(Backend::Sqlite, dir.path(), 10_000).await;
+    // The plan's second step is a built-in (`noop`), served by Cairn's own worker, as `cairn dev` does.
+    let _builtins = orchestrator.worker("builtins", &[], &[]);
     let log = std::fs::File::create(dir.path().join("example.log")).unwrap();
     let mut worker = Command::new(env!("CARGO_BIN_EXE_cairn-example-custom-worker"))
         .env("CAIRN_WORKER_URL", &orchestrator.grpc_url)
