@@ -41,7 +41,8 @@ async fn an_hour_step_of_the_host_clock_either_way_leaves_a_healthy_attempt_alon
             let lease = engine.claim("w1", &["noop".to_owned()], 1).await.unwrap().remove(0).lease;
 
             host.set(host.now() + jiff::SignedDuration::from_hours(step_hours));
-            for _ in 0..8 {
+            // Past one lease TTL (1 s) of heartbeats after the step.
+            for _ in 0..4 {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 let beat = engine.heartbeat(&lease, None).await.unwrap();
                 assert!(matches!(beat, HeartbeatOutcome::Extended { .. }), "{backend:?} {step_hours:+}h: alive");
@@ -54,7 +55,7 @@ async fn an_hour_step_of_the_host_clock_either_way_leaves_a_healthy_attempt_alon
             assert_eq!(attempts.len(), 1, "{backend:?} {step_hours:+}h: one attempt");
             let (started, ended) = (attempts[0].started_at_ms, attempts[0].ended_at_ms.unwrap());
             assert!(ended >= started, "{backend:?} {step_hours:+}h: ended {ended} before it started {started}");
-            assert!(ended - started < 5_000, "{backend:?} {step_hours:+}h: it took about 2.4 s, not an hour");
+            assert!(ended - started < 5_000, "{backend:?} {step_hours:+}h: it took about 1.2 s, not an hour");
         }
     }
 }
