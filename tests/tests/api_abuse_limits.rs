@@ -85,8 +85,10 @@ async fn a_client_stalling_in_its_request_head_is_disconnected_while_others_are_
     assert_eq!(sent, Some(Vec::new()), "a connection that never sends a head is disconnected");
     let sent = read_until_closed(&mut idle).await;
     assert_eq!(sent, Some(Vec::new()), "an idle keep-alive connection is closed after the header read timeout");
-    let (status, _) = app.get("/healthz").await;
-    assert_eq!(status, 200, "the server keeps serving");
+    // A fresh connection: the HTTP client's pooled one was idle past the timeout too, and the server may have
+    // closed it just as the client reuses it.
+    let mut fresh = connect(&app).await;
+    assert!(healthz_on(&mut fresh).await.starts_with("HTTP/1.1 200"), "the server keeps serving");
 }
 
 #[tokio::test]
