@@ -27,6 +27,11 @@ def main() -> int:
             print(e, file=sys.stderr)
             print("is support_worker.py running? its actions must be registered first", file=sys.stderr)
             return 1
+        except TimeoutError as e:
+            print(e, file=sys.stderr)
+            print("is support_worker.py still running? `cairn show RUN_ID` says what the run waits for",
+                  file=sys.stderr)
+            return 1
     print(f"run {run.id}: {run.status}")
     for step in run.steps:
         detail = step.output if step.status == "succeeded" else (step.error or "")

@@ -56,6 +56,8 @@ pub struct Server {
     /// Where the worker protocol listens.
     pub grpc_addr: SocketAddr,
     tasks: Vec<JoinHandle<()>>,
+    /// Tasks with nothing to finish (the database clock's sampler): aborted at shutdown, never waited for.
+    helpers: Vec<JoinHandle<()>>,
     /// Cancelled by [`Server::shutdown`]: the listeners stop accepting, the background loops stop between passes.
     stop: CancellationToken,
     shutdown_grace: std::time::Duration,
@@ -101,7 +103,7 @@ impl Server {
         store: Store,
         config: ServerConfig,
         clock: Arc<dyn Clock>,
-        mut tasks: Vec<JoinHandle<()>>,
+        helpers: Vec<JoinHandle<()>>,
     ) -> anyhow::Result<Server> {
         let engine = Engine::start(store, clock, Arc::new(StaticCatalog::builtin()), config.engine.clone())
             .await
@@ -139,8 +141,8 @@ impl Server {
         let reaper = crate::reaper::spawn(engine.clone(), stop.clone());
         let waiting = crate::scheduler::spawn(engine.clone(), stop.clone());
         tracing::info!(%http_addr, %grpc_addr, backend = engine.store().backend(), "orchestrator started");
-        tasks.extend([http_task, grpc_task, reaper, waiting]);
-        Ok(Server { engine, http_addr, grpc_addr, tasks, stop, shutdown_grace: config.shutdown_grace })
+        let tasks = vec![http_task, grpc_task, reaper, waiting];
+        Ok(Server { engine, http_addr, grpc_addr, tasks, helpers, stop, shutdown_grace: config.shutdown_grace })
     }
 
     /// Stops gracefully (SIGTERM, ctrl-c): the listeners stop accepting connections, long polls answer and live
@@ -154,6 +156,9 @@ impl Server {
     pub async fn shutdown(mut self) -> bool {
         self.stop.cancel();
         self.engine.stop_waiting();
+        for helper in &self.helpers {
+            helper.abort();
+        }
         let all = futures::future::join_all(self.tasks.iter_mut());
         let finished = tokio::time::timeout(self.shutdown_grace, all).await.is_ok();
         if !finished {
@@ -171,7 +176,7 @@ impl Server {
     pub fn abort(self) {
         self.stop.cancel();
         self.engine.stop_waiting();
-        for task in self.tasks {
+        for task in self.tasks.into_iter().chain(self.helpers) {
             task.abort();
         }
     }

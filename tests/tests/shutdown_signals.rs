@@ -42,6 +42,12 @@ async fn sigterm_stops_serve_with_exit_0_ending_streams_and_losing_nothing() {
         let ended = tokio::time::timeout(Duration::from_secs(5), reading).await;
         assert!(ended.is_ok(), "{backend:?}: the live event stream ended with the orchestrator");
         assert!(orchestrator.logs().contains("orchestrator stopped"), "it stopped through its shutdown path");
+        assert!(
+            !orchestrator.logs().contains("shutdown grace over"),
+            "{backend:?}: nothing was left to wait out the grace for (the database clock's sampler never ends on its \
+             own and is not waited for):{}",
+            orchestrator.logs()
+        );
 
         orchestrator.restart().await;
         let run = orchestrator.wait_run(&run_id, "the run ends", LIMIT, |r| r["status"] == "succeeded").await;

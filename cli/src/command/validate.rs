@@ -63,6 +63,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             OutputFormat::Json => print_json(&name, &report)?,
             OutputFormat::Text => print_text(&name, &report),
         }
+        let offline = args.server.is_none() && args.catalog.is_none();
+        if offline && report.diagnostics.iter().any(|d| d.code == cairn_core::diagnostic::Code::UnknownAction) {
+            // On stderr, so `--format json` output stays one object per file.
+            eprintln!(
+                "note: validated offline against Cairn's built-in actions; for actions of your own, validate against \
+                 the orchestrator's catalog with `--server URL` (token from CAIRN_API_TOKEN) or a saved \
+                 `GET /v1/actions` with `--catalog FILE`"
+            );
+        }
     }
     Ok(if all_valid { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

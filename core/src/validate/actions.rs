@@ -45,7 +45,7 @@ pub(crate) fn check(parsed: &mut Parsed, catalog: &dyn ActionCatalog, out: &mut 
                 continue;
             }
             let msg = format!("args of `{}` do not fit action `{}`: {}", step.id, step.action, problem.message);
-            let hint = "see the action's args schema (`cairn schema action NAME` or GET /v1/actions)";
+            let hint = "see the action's args schema (`cairn schema actions`, or GET /v1/actions on the server)";
             out.push(
                 Diagnostic::error(Code::ArgsSchema, format!("{args_at}{}", problem.pointer), msg)
                     .step(&step.id)

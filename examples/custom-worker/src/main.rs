@@ -96,10 +96,23 @@ async fn main() -> anyhow::Result<()> {
     config.token = std::env::var("CAIRN_WORKER_TOKEN").ok();
     config.concurrency = 4;
     tracing::info!(server = %config.server, actions = ?["crm.export"], "worker starting");
-    // Runs until ctrl-c; attempts in flight may finish (up to `drain_timeout`) before it returns.
-    run(config, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    // Runs until SIGTERM (Docker, systemd) or ctrl-c; attempts in flight may finish (up to `drain_timeout`) and
+    // report before it returns.
+    run(config, stopped()).await?;
     Ok(())
+}
+
+/// Resolves on ctrl-c or SIGTERM.
+async fn stopped() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(term) => term.recv().await,
+                None => std::future::pending().await,
+            }
+        } => {}
+    }
+    tracing::info!("stopping: draining attempts in flight");
 }

@@ -185,7 +185,9 @@ impl Drop for TelemetryGuard {
 /// subscriber is already installed.
 pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> {
     let log_filter = filter(&config.log_filter)?;
-    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a log file or a collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
     let log = if config.json_logs { log.json().boxed() } else { log.boxed() };
     let mut layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> = vec![log.with_filter(log_filter).boxed()];
     let mut guard = TelemetryGuard { provider: None, runtime: None };

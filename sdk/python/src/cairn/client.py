@@ -28,6 +28,8 @@ __all__ = ["Client", "AsyncClient", "DEFAULT_URL"]
 #: Where ``cairn dev`` and ``cairn serve`` listen by default.
 DEFAULT_URL = "http://127.0.0.1:7400"
 _FINAL_EVENTS = frozenset({"run_succeeded", "run_failed", "run_cancelled"})
+# Longest a waiting client blocks on one read of a live stream before it checks the run and its deadline again.
+_STREAM_READ_CAP = 5.0
 _BY_STATUS: dict[int, type[ApiError]] = {401: Unauthorized, 404: NotFound, 409: Conflict, 503: Unavailable}
 
 
@@ -201,7 +203,7 @@ class Client(_Common):
             if left is not None and left <= 0:
                 raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
             try:
-                for event in self._stream(run_id, after, left):
+                for event in self._stream(run_id, after, deadline):
                     after = event.id
                     if event.kind in _FINAL_EVENTS:
                         return self.get(run_id)
@@ -220,10 +222,13 @@ class Client(_Common):
         sent."""
         return self._stream(run_id, after, None)
 
-    def _stream(self, run_id: str, after: int, read_timeout: Optional[float]) -> Iterator[Event]:
+    def _stream(self, run_id: str, after: int, deadline: Optional[float]) -> Iterator[Event]:
+        """The live stream until it ends, or, with a ``deadline`` (``time.monotonic()``), until shortly after it:
+        reads wait at most 5 s, so the server's keep-alive comments (every 15 s) cannot hold a wait past its
+        timeout; the caller checks the run again and reconnects."""
         headers = {"Accept": "text/event-stream"}
-        timeout = httpx.Timeout(self._http.timeout.connect or 30.0,
-                                read=None if read_timeout is None else max(read_timeout, 0.05))
+        read = None if deadline is None else max(min(deadline - time.monotonic(), _STREAM_READ_CAP), 0.05)
+        timeout = httpx.Timeout(self._http.timeout.connect or 30.0, read=read)
         params = {"after": after} if after else None
         try:
             with self._http.stream("GET", f"/v1/runs/{_seg(run_id)}/events", headers=headers, params=params,
@@ -236,6 +241,8 @@ class Client(_Common):
                     event = parser.feed(line)
                     if event is not None:
                         yield event
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return
         except httpx.ReadTimeout:
             return
 
