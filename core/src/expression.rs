@@ -214,7 +214,11 @@ pub fn check(cel: &str) -> Result<(), BoundError> {
 /// Whether the text before a `(` ends in `.all`, `.exists`, `.map`, … (a macro call on a target).
 fn is_comprehension_call(before: &str) -> bool {
     let trimmed = before.trim_end();
-    let name_start = trimmed.rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(0, |p| p + 1);
+    // The character before the name may be any character, so the name starts after it, not one byte after.
+    let name_start = trimmed
+        .char_indices()
+        .rfind(|(_, c)| !(c.is_ascii_alphanumeric() || *c == '_'))
+        .map_or(0, |(p, c)| p + c.len_utf8());
     let name = &trimmed[name_start..];
     COMPREHENSIONS.contains(&name) && trimmed[..name_start].trim_end().ends_with('.')
 }
@@ -313,6 +317,16 @@ mod tests {
         let quoted = format!("input.s == '{}'", "+.".repeat(10_000));
         assert_eq!(check(&quoted), Ok(()));
         assert_eq!(check(r#"input.s == "a\"+++" && r'\' == "x""#), Ok(()));
+    }
+
+    #[test]
+    fn a_call_after_a_multibyte_character_is_scanned_on_character_boundaries() {
+        // The name before `(` starts after the last character that is not part of a name, however many bytes
+        // that character takes.
+        assert_eq!(check("é(1) == 1").map_err(|_| ()), check("x (1) == 1").map_err(|_| ()));
+        assert!(!is_comprehension_call("é"));
+        assert!(is_comprehension_call("l.é.all"));
+        assert!(!is_comprehension_call("雨all"));
     }
 
     #[test]
