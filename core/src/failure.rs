@@ -46,6 +46,10 @@ pub mod codes {
     pub const RETRIES_EXHAUSTED: &str = "retries_exhausted";
     /// Persisted state is inconsistent (e.g. a step row is missing); the run is failed rather than left hanging.
     pub const INTEGRITY_ERROR: &str = "integrity_error";
+    /// A person rejected a step waiting for approval (`approval.on_reject: fail`).
+    pub const APPROVAL_REJECTED: &str = "approval_rejected";
+    /// Nobody decided on a step's approval before its deadline (`approval.on_timeout: fail`).
+    pub const APPROVAL_TIMEOUT: &str = "approval_timeout";
 }
 
 /// What a person or a planner should do about a failure.

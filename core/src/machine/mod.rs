@@ -2,10 +2,14 @@
 //!
 //! - [`after_failure`]: retry (with the delay), fail, or park as `outcome_unknown`.
 //! - [`readiness`]: whether a step whose dependencies are final runs or is skipped, per its trigger rule.
+//! - [`decide`]: the decision for a pending step (trigger rule, then `when`, then approval and timer), the one
+//!   every store calls; [`starts_itself`]: the fact stored at submission that lets a store's statement make a
+//!   step ready by comparing counters.
 //! - [`run_outcome`]: the final status of a run whose steps are all final.
 //! - [`RunGraph`]: a whole run in memory; [`RunGraph::apply`] takes an [`Event`] and returns the
-//!   [`Transition`]s it causes, cascading readiness, `when` and skip propagation. The orchestrator applies the same
-//!   decision functions incrementally against the database; `RunGraph` is the reference model its tests use.
+//!   [`Transition`]s it causes, cascading readiness, `when` and skip propagation level by level, in the order of
+//!   the stores' events. The stores apply the same [`decide`] incrementally against the database; `RunGraph` is
+//!   the model their property test compares them with.
 //!
 //! Order of decisions for a step whose dependencies are all final (case C09): trigger rule first, then `when`,
 //! and only for a step that will run are placeholders resolved (at dispatch). So a skipped producer never makes a
@@ -128,6 +132,9 @@ pub enum Event {
     Claimed(String),
     /// The current attempt succeeded.
     Succeeded(String, Value),
+    /// Several steps' current attempts succeeded together (a store's batch of completions): each becomes
+    /// succeeded, in order, then their dependents are decided as one level.
+    SucceededTogether(Vec<(String, Value)>),
     /// The current attempt failed (reported by the worker or detected: timeout, lease lost).
     Failed(String, Failure),
     /// A human approved a step waiting for approval.
@@ -159,6 +166,10 @@ pub enum Transition {
     Run(RunStatus),
 }
 
+mod decide;
 mod run_graph;
 
+pub use decide::{
+    ApprovalEnd, Decision, Next, SkipReason, StepRules, WhenPending, after_approval, decide, starts_itself,
+};
 pub use run_graph::RunGraph;

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
-use super::{AfterFailure, Event, FailedAttempt, Readiness, Transition, after_failure, readiness, run_outcome};
+use super::decide::{ApprovalEnd, Decision, Next, StepRules, after_approval, decide, starts_itself};
+use super::{AfterFailure, Event, FailedAttempt, Transition, after_failure, run_outcome};
 use crate::condition::{Condition, ConditionScope};
 use crate::plan::Plan;
 use crate::retry::RetryPolicy;
@@ -60,8 +61,15 @@ impl RunGraph {
             run: RunStatus::Running,
         };
         let mut out = vec![Transition::Run(RunStatus::Running)];
-        let roots: Vec<usize> = (0..n).filter(|&i| graph.deps[i].is_empty()).collect();
-        graph.settle(roots, &mut out);
+        // As a submission does: the roots that start by themselves are inserted ready (plan order), then the
+        // other roots are decided (plan order).
+        let (ready, decided): (Vec<usize>, Vec<usize>) = (0..n)
+            .filter(|&i| graph.deps[i].is_empty())
+            .partition(|&i| starts_itself(&StepRules::of(&graph.plan.steps[i], None), 0));
+        for i in ready {
+            graph.set(i, StepStatus::Ready, &mut out);
+        }
+        graph.settle(decided, &mut out);
         (graph, out)
     }
 
@@ -109,24 +117,41 @@ impl RunGraph {
                     self.finish(i, StepStatus::Succeeded, &mut out);
                 }
             }
+            Event::SucceededTogether(reports) => {
+                let mut done = Vec::new();
+                for (id, output) in reports {
+                    if let Some(i) = self.index_in(&id, StepStatus::Running) {
+                        self.outputs[i] = Some(output);
+                        self.set(i, StepStatus::Succeeded, &mut out);
+                        done.push(i);
+                    }
+                }
+                let next = self.candidates(&done);
+                self.settle(next, &mut out);
+            }
             Event::Failed(id, failure) => {
                 if let Some(i) = self.index_in(&id, StepStatus::Running) {
                     self.fail(i, &failure, sample, &mut out);
                 }
             }
-            Event::Approved(id) => {
-                if let Some(i) = self.index_in(&id, StepStatus::WaitingApproval) {
-                    self.set(i, StepStatus::Ready, &mut out);
-                }
-            }
+            Event::Approved(id) => self.end_approval(&id, &ApprovalEnd::Approved, &mut out),
             Event::Rejected(id) => {
-                if let Some(i) = self.index_in(&id, StepStatus::WaitingApproval) {
-                    self.finish(i, StepStatus::Failed, &mut out);
-                }
+                self.end_approval(&id, &ApprovalEnd::Rejected { by: "operator".into() }, &mut out);
             }
             Event::RunCancelled => self.cancel(&mut out),
         }
         out
+    }
+
+    fn end_approval(&mut self, id: &str, end: &ApprovalEnd, out: &mut Vec<Transition>) {
+        let Some(i) = self.index_in(id, StepStatus::WaitingApproval) else { return };
+        let decision = after_approval(&StepRules::of(&self.plan.steps[i], None), end, 0);
+        let Some(to) = decision.status() else { return };
+        if decision.is_final() {
+            self.finish(i, to, out);
+        } else {
+            self.set(i, to, out);
+        }
     }
 
     fn fail(&mut self, i: usize, failure: &crate::failure::Failure, sample: f64, out: &mut Vec<Transition>) {
@@ -161,31 +186,32 @@ impl RunGraph {
     /// Marks `i` final and settles its dependents; finishes the run when nothing is open.
     fn finish(&mut self, i: usize, to: StepStatus, out: &mut Vec<Transition>) {
         self.set(i, to, out);
-        let next = self.dependents[i].clone();
+        let next = self.candidates(&[i]);
         self.settle(next, out);
     }
 
-    /// Decides every candidate whose dependencies are final: skip, fail (bad `when`), wait for approval or ready.
-    /// Skips cascade through a worklist, so a long chain of skips never recurses.
-    fn settle(&mut self, mut work: Vec<usize>, out: &mut Vec<Transition>) {
-        while let Some(c) = work.pop() {
-            if self.status[c] != StepStatus::Pending {
-                continue;
-            }
-            let rule = self.plan.steps[c].effective_trigger_rule();
-            let decided = match readiness(rule, self.deps[c].iter().map(|&d| self.status[d])) {
-                Readiness::Wait => continue,
-                Readiness::Skip => StepStatus::Skipped,
-                Readiness::Run => self.when_holds(c),
-            };
-            if decided.is_final() {
-                self.set(c, decided, out);
-                work.extend(self.dependents[c].iter().copied());
-            } else {
-                let approval = self.plan.steps[c].approval.as_ref().is_some_and(|a| a.required);
-                let to = if approval { StepStatus::WaitingApproval } else { StepStatus::Ready };
+    /// Decides the candidates with [`decide`], level by level as the stores do: a level's candidates in step id
+    /// order, and the steps that level made final (skips, `when` failures) give the next level's candidates. So
+    /// a long chain of skips never recurses, and the transitions come in the order of the stores' events.
+    fn settle(&mut self, first: Vec<usize>, out: &mut Vec<Transition>) {
+        let mut level = first;
+        while !level.is_empty() {
+            // A level's candidates are those whose dependencies were all final when it began: a store releases
+            // a level's dependents in one statement, before deciding any of them, so a candidate made final
+            // within the level releases its own dependents in the next one.
+            level.retain(|&c| {
+                self.status[c] == StepStatus::Pending && self.deps[c].iter().all(|&d| self.status[d].is_final())
+            });
+            let mut finals = Vec::new();
+            for c in level {
+                let decision = self.decision(c);
+                let Some(to) = decision.status() else { continue };
                 self.set(c, to, out);
+                if decision.is_final() {
+                    finals.push(c);
+                }
             }
+            level = self.candidates(&finals);
         }
         if self.run == RunStatus::Running && self.status.iter().all(|s| s.is_final()) {
             let failed = self.status.iter().filter(|s| **s == StepStatus::Failed).count();
@@ -194,14 +220,28 @@ impl RunGraph {
         }
     }
 
-    /// `Ready` when `when` is absent or true, `Skipped` when false, `Failed` when it cannot be evaluated.
-    fn when_holds(&self, c: usize) -> StepStatus {
-        let Some(expr) = &self.plan.steps[c].when else {
-            return StepStatus::Ready;
-        };
-        let Ok(condition) = Condition::compile(expr) else {
-            return StepStatus::Failed;
-        };
+    /// The dependents of `finished`, once each, in step id order.
+    fn candidates(&self, finished: &[usize]) -> Vec<usize> {
+        let mut next: Vec<usize> = finished.iter().flat_map(|&f| self.dependents[f].iter().copied()).collect();
+        next.sort_by(|&a, &b| self.plan.steps[a].id.cmp(&self.plan.steps[b].id));
+        next.dedup();
+        next
+    }
+
+    fn decision(&self, c: usize) -> Decision {
+        let rules = StepRules::of(&self.plan.steps[c], None);
+        match decide(rules, self.deps[c].iter().map(|&d| self.status[d]), 0) {
+            Next::Decided(decision) => decision,
+            Next::When(pending) => {
+                let value = self.evaluate(pending.expr());
+                pending.answer(value)
+            }
+        }
+    }
+
+    /// The value of a `when` over the referenced steps' outputs and statuses and the run input.
+    fn evaluate(&self, expr: &str) -> Result<bool, String> {
+        let condition = Condition::compile(expr).map_err(|e| e.to_string())?;
         let mut steps = Map::new();
         for id in condition.step_references() {
             if let Some(p) = self.index(&id) {
@@ -210,11 +250,7 @@ impl RunGraph {
             }
         }
         let scope = ConditionScope { input: self.input.clone(), steps };
-        match condition.evaluate(&scope) {
-            Ok(true) => StepStatus::Ready,
-            Ok(false) => StepStatus::Skipped,
-            Err(_) => StepStatus::Failed,
-        }
+        condition.evaluate(&scope).map_err(|e| e.to_string())
     }
 
     fn set(&mut self, i: usize, to: StepStatus, out: &mut Vec<Transition>) {
