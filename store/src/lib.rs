@@ -162,14 +162,17 @@ impl Store {
         Ok(store)
     }
 
-    /// Applies pending migrations (idempotent).
+    /// Applies pending migrations, then (PostgreSQL) defines the stored functions from their files (idempotent).
     ///
     /// # Errors
     /// [`StoreError::Migrate`].
     pub async fn migrate(&self) -> StoreResult<()> {
         match self {
             Store::Sqlite(pool) => SQLITE_MIGRATIONS.run(pool).await?,
-            Store::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await?,
+            Store::Postgres(pool) => {
+                POSTGRES_MIGRATIONS.run(pool).await?;
+                postgres::functions::define(pool).await?;
+            }
         }
         Ok(())
     }

@@ -32,6 +32,7 @@ impl_step_tx!(
 pub(crate) mod complete_and_claim;
 pub(crate) mod complete_leaves;
 pub(crate) mod deadline;
+pub(crate) mod functions;
 pub(crate) mod lost_commit;
 #[cfg(test)]
 mod plans;
@@ -72,7 +73,8 @@ macro_rules! lock_runs {
 /// once the workers fell behind) each claim took 16–130 ms instead of well under one, so the backlog grew.
 ///
 /// The events get their `id`s in the order the insert's `ORDER BY n` gives: the queued ones in the order given,
-/// then the `step_started` ones in claim order; their runs are locked first ([`lock_runs!`]). Their `data` is
+/// then the `step_started` ones in claim order (due time, then run and step id: the order the leased steps are
+/// returned in); their runs are locked first ([`lock_runs!`]). Their `data` is
 /// `{"attempt":N,"worker_id":"…"}`, the same compact text `serde_json` writes for that object (`to_json` escapes
 /// the worker id as JSON does).
 const CLAIM: &str = concat!(
@@ -102,7 +104,7 @@ const CLAIM: &str = concat!(
     lock_runs!("SELECT run_id FROM leased UNION SELECT unnest($6::text[])"),
     " ORDER BY n) \
      SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, checkpoint, \
-       available_at, successor_action, child_count FROM leased"
+       available_at, successor_action, child_count FROM leased ORDER BY available_at, run_id, step_id"
 );
 
 /// Marks many steps succeeded under their leases and closes their attempts: one statement whose text does not

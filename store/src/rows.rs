@@ -143,6 +143,9 @@ pub(crate) struct StepInsert {
     pub retry: String,
     pub approval: Option<String>,
     pub dep_count: i64,
+    /// 1 when the step becomes ready by itself once every dependency succeeded
+    /// (`cairn_core::machine::starts_itself`), else 0.
+    pub starts_itself: i64,
     /// Steps that depend on this one.
     pub child_count: i64,
     /// The action of this step's one dependent when completing this step may lease it in the same call (see

@@ -100,8 +100,12 @@ pub(crate) const PARENT_STATUSES: &str = "SELECT s.status FROM step_edges e JOIN
 /// The release statement with `$parents`, the dialect's test that `parent` is one of `$2`, and `$children`,
 /// its join of `steps.step_id` to the children in `d`. Binds: `$1` run id, `$2` the parents, `$3`
 /// `now` when every parent succeeded (else NULL). Decrements each dependent by how many of the parents it
-/// depends on and, with `$3`, makes ready a dependent that has nothing else to decide (see
-/// `StepTx::children_release`). Locks each dependent row. Index: `step_edges` PK (run_id, parent), then `steps`
+/// depends on and, with `$3`, makes ready a dependent that has nothing else to decide: all its dependencies are
+/// among these parents (`pending_deps` and `dep_count` both equal to their number: none finished earlier, so none
+/// failed or was skipped) and it starts by itself (`steps.starts_itself`, the fact `cairn_core::machine` computed
+/// at submission). It compares counters and that flag only; every other dependent whose counter reaches zero is
+/// decided in Rust by `cairn_core::machine::decide` (see `StepTx::children_release`). A cancelled step's
+/// counter is 0 (`STEPS_CANCEL`), so no release makes it ready. Locks each dependent row. Index: `step_edges` PK (run_id, parent), then `steps`
 /// PK (run_id, step_id) with the children's ids.
 ///
 /// `MATERIALIZED`: the counts are computed once; inlined, with no statistics yet (a new database, a large first
@@ -138,8 +142,8 @@ macro_rules! release {
     };
     (@ready $now:literal, $n:literal) => {
         concat!(
-            $now, " IS NOT NULL AND steps.status = 'pending' AND steps.pending_deps = ", $n,
-            " AND steps.dep_count = ", $n, " AND steps.when_expr IS NULL AND steps.approval IS NULL"
+            $now, " IS NOT NULL AND steps.pending_deps = ", $n, " AND steps.dep_count = ", $n,
+            " AND steps.starts_itself = 1"
         )
     };
     (@returning) => {
@@ -189,8 +193,8 @@ pub(crate) const RUN_CANCEL: &str = "UPDATE runs SET status = 'cancelled', cance
 
 /// Cancel every open step of a run, including ready steps waiting on a timer or a retry backoff and running steps
 /// (their leases end: late reports are ignored, heartbeats answer "gone"). Index: `steps` PK prefix.
-pub(crate) const STEPS_CANCEL: &str = "UPDATE steps SET status = 'cancelled', lease_id = NULL, lease_owner = NULL, \
-     lease_expires_at = NULL, finished_at = $2, updated_at = $2 WHERE run_id = $1 \
+pub(crate) const STEPS_CANCEL: &str = "UPDATE steps SET status = 'cancelled', pending_deps = 0, lease_id = NULL, \
+     lease_owner = NULL, lease_expires_at = NULL, finished_at = $2, updated_at = $2 WHERE run_id = $1 \
      AND status IN ('pending', 'ready', 'running', 'waiting_approval', 'outcome_unknown') RETURNING step_id, attempt, status";
 
 /// Close the running attempts of a cancelled run. Index: `attempts` PK prefix.

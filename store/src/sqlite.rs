@@ -60,12 +60,12 @@ async fn steps_insert(
     rows: &[crate::rows::StepInsert],
     now: i64,
 ) -> StoreResult<()> {
-    // 21 binds per row; 1000 rows stay under SQLite's 32766-variable limit.
+    // 22 binds per row; 1000 rows stay under SQLite's 32766-variable limit.
     for chunk in rows.chunks(1000) {
         let mut q = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO steps (run_id, step_id, position, action, status, args, when_expr, trigger_rule, \
              idempotent, timeout_ms, heartbeat_timeout_ms, retry, approval, dep_count, pending_deps, \
-             available_at, not_before_at, not_before_local, updated_at, child_count, successor_action) ",
+             available_at, not_before_at, not_before_local, updated_at, child_count, successor_action, starts_itself) ",
         );
         q.push_values(chunk, |mut b, r| {
             b.push_bind(run_id)
@@ -88,7 +88,8 @@ async fn steps_insert(
                 .push_bind(r.not_before_local.as_deref())
                 .push_bind(now)
                 .push_bind(r.child_count)
-                .push_bind(r.successor_action.as_deref());
+                .push_bind(r.successor_action.as_deref())
+                .push_bind(r.starts_itself);
         });
         q.build().execute(&mut **tx).await?;
     }

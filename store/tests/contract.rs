@@ -68,6 +68,7 @@ mod contract {
     mod event_order;
     mod finish;
     pub mod lease;
+    mod machine_model;
     mod read;
     mod retry;
     mod settle;

@@ -6,7 +6,8 @@
 //! decision is refused as timed out. Both paths use one conditional update fenced on the status and on which
 //! side of the deadline `now` is, so a decision and a timeout never both apply.
 
-use cairn_core::plan::{Approval, ApprovalReject, ApprovalTimeout};
+use cairn_core::machine::{ApprovalEnd, Decision, StepRules, after_approval};
+use cairn_core::plan::{Approval, TriggerRule};
 use serde_json::{Value, json};
 
 use super::event;
@@ -23,8 +24,24 @@ fn approval_of(row: &ApprovalRow) -> StoreResult<Option<Approval>> {
         .transpose()
 }
 
-fn failure_record(code: &str, message: String) -> Value {
-    json!({"code": code, "message": message, "retryable": false, "suggestion": "ask_user"})
+/// The rules a decision needs, from the row.
+fn rules<'a>(row: &ApprovalRow, approval: Option<&'a Approval>) -> StepRules<'a> {
+    StepRules { trigger_rule: TriggerRule::default(), when: None, approval, not_before_at: row.not_before_at }
+}
+
+/// What a decision of [`after_approval`] writes: status, `available_at`, failure record.
+fn written(decision: &Decision) -> StoreResult<(&'static str, Option<i64>, Option<String>)> {
+    Ok(match decision {
+        Decision::Ready { available_at } => ("ready", Some(*available_at), None),
+        Decision::Skipped(_) => ("skipped", None, None),
+        Decision::Failed(f) => {
+            let record = json!({"code": f.code, "message": f.message, "retryable": false, "suggestion": "ask_user"});
+            ("failed", None, Some(record.to_string()))
+        }
+        Decision::Wait | Decision::WaitingApproval { .. } => {
+            return Err(StoreError::corrupt("approval", "an approval's end decided that the step keeps waiting"));
+        }
+    })
 }
 
 /// Applies a person's decision. `approve`: the step becomes ready (at its `not_before` timer if later); reject:
@@ -48,15 +65,11 @@ pub(crate) async fn decide<T: WaitTx>(
         return Ok(ApprovalOutcome::TimedOut);
     }
     let approval = approval_of(&row)?;
-    let message = format!("rejected by {actor}");
-    let record = failure_record("approval_rejected", message).to_string();
-    let (status, available_at, error, kind) = if approve {
-        ("ready", Some(row.not_before_at.unwrap_or(now).max(now)), None, "step_approved")
-    } else if approval.is_some_and(|a| a.on_reject == ApprovalReject::Skip) {
-        ("skipped", None, None, "step_rejected")
-    } else {
-        ("failed", None, Some(record.as_str()), "step_rejected")
-    };
+    let end = if approve { ApprovalEnd::Approved } else { ApprovalEnd::Rejected { by: actor.to_owned() } };
+    let decision = after_approval(&rules(&row, approval.as_ref()), &end, now);
+    let (status, available_at, error) = written(&decision)?;
+    let error = error.as_deref();
+    let kind = if approve { "step_approved" } else { "step_rejected" };
     let d = ApprovalDecide { run_id, step_id, status, available_at, error, before_deadline: true };
     if !tx.approval_decide(&d, now).await? {
         return Ok(ApprovalOutcome::WrongState);
@@ -93,14 +106,9 @@ async fn expire<T: WaitTx>(
 ) -> StoreResult<bool> {
     let approval = approval_of(row)?;
     let on_timeout = approval.as_ref().map(|a| a.on_timeout).unwrap_or_default();
-    let timeout_ms = approval.as_ref().and_then(|a| a.timeout_ms);
-    let message = format!("no approval decision within {} ms (approval.timeout_ms)", timeout_ms.unwrap_or(0));
-    let record = failure_record("approval_timeout", message.clone()).to_string();
-    let (status, available_at, error) = match on_timeout {
-        ApprovalTimeout::Fail => ("failed", None, Some(record.as_str())),
-        ApprovalTimeout::Skip => ("skipped", None, None),
-        ApprovalTimeout::Proceed => ("ready", Some(row.not_before_at.unwrap_or(now).max(now)), None),
-    };
+    let decision = after_approval(&rules(row, approval.as_ref()), &ApprovalEnd::TimedOut, now);
+    let (status, available_at, error) = written(&decision)?;
+    let error = error.as_deref();
     let d = ApprovalDecide {
         run_id: &row.run_id,
         step_id: &row.step_id,
@@ -115,20 +123,12 @@ async fn expire<T: WaitTx>(
     let on_timeout_name = serde_json::to_value(on_timeout).unwrap_or(Value::Null);
     let data = json!({"on_timeout": on_timeout_name, "deadline": row.available_at, "outcome": status});
     events.push(event(&row.run_id, Some(&row.step_id), "step_approval_timed_out", data, now));
-    match status {
-        "failed" => {
-            let data = json!({"code": "approval_timeout", "message": message});
-            events.push(event(&row.run_id, Some(&row.step_id), "step_failed", data, now));
-        }
-        "skipped" => {
-            let data = json!({"reason": "approval timed out (on_timeout: skip)"});
-            events.push(event(&row.run_id, Some(&row.step_id), "step_skipped", data, now));
-        }
-        _ => {
-            let data = json!({"available_at": available_at});
-            events.push(event(&row.run_id, Some(&row.step_id), "step_ready", data, now));
-        }
-    }
+    let (kind, data) = match &decision {
+        Decision::Failed(f) => ("step_failed", json!({"code": f.code, "message": f.message})),
+        Decision::Skipped(reason) => ("step_skipped", json!({"reason": reason.as_str()})),
+        _ => ("step_ready", json!({"available_at": available_at})),
+    };
+    events.push(event(&row.run_id, Some(&row.step_id), kind, data, now));
     if status != "ready" {
         after_final(tx, &row.run_id, vec![row.step_id.clone()], now, events).await?;
     }

@@ -9,9 +9,8 @@
 use std::collections::{HashMap, HashSet};
 
 use cairn_core::condition::{Condition, ConditionScope};
-use cairn_core::failure::{Failure, codes};
-use cairn_core::machine::{Readiness, readiness, run_outcome};
-use cairn_core::plan::TriggerRule;
+use cairn_core::machine::{self, Decision, Next, StepRules, run_outcome};
+use cairn_core::plan::{Approval, TriggerRule};
 use cairn_core::state::{RunStatus, StepStatus};
 use serde_json::{Map, Value, json};
 
@@ -20,19 +19,6 @@ use crate::error::{StoreError, StoreResult};
 use crate::rows::{ChildRow, EventInsert, StepSucceeded};
 use crate::runs_tx::RunsTx;
 use crate::tx::StepTx;
-
-/// What was decided for a candidate.
-enum Decision {
-    Ready {
-        available_at: i64,
-    },
-    /// `deadline`: entry + `approval.timeout_ms`, kept in `available_at` (see `flow::approval`).
-    WaitingApproval {
-        deadline: Option<i64>,
-    },
-    Skipped(&'static str),
-    Failed(Failure),
-}
 
 /// A step that just became final, with its status when the caller knows it (saves reading it back).
 pub(crate) struct Finished {
@@ -81,35 +67,27 @@ pub(crate) async fn decide<T: StepTx>(
         };
         let rule: TriggerRule = serde_json::from_value(Value::String(c.trigger_rule.clone()))
             .map_err(|e| StoreError::corrupt("steps.trigger_rule", e))?;
-        let decision = match readiness(rule, statuses) {
-            Readiness::Wait => continue,
-            Readiness::Skip => Decision::Skipped("a dependency did not succeed (trigger rule)"),
-            Readiness::Run => match &c.when_expr {
-                None => runnable(&c, now),
-                Some(expr) => match evaluate_when(tx, run_id, expr, &mut input).await? {
-                    Ok(true) => runnable(&c, now),
-                    Ok(false) => Decision::Skipped("`when` was false"),
-                    Err(message) => Decision::Failed(Failure::new(codes::CONDITION_ERROR, message, false)),
-                },
-            },
+        let approval: Option<Approval> = match c.approval.as_deref() {
+            Some(text) => Some(serde_json::from_str(text).map_err(|e| StoreError::corrupt("steps.approval", e))?),
+            None => None,
+        };
+        let rules = StepRules {
+            trigger_rule: rule,
+            when: c.when_expr.as_deref(),
+            approval: approval.as_ref(),
+            not_before_at: c.not_before_at,
+        };
+        let decision = match machine::decide(rules, statuses, now) {
+            Next::Decided(Decision::Wait) => continue,
+            Next::Decided(decision) => decision,
+            Next::When(pending) => {
+                let value = evaluate_when(tx, run_id, pending.expr(), &mut input).await?;
+                pending.answer(value)
+            }
         };
         apply(tx, run_id, &c.step_id, decision, now, events, &mut finals).await?;
     }
     Ok(finals)
-}
-
-fn runnable(c: &ChildRow, now: i64) -> Decision {
-    let approval = c
-        .approval
-        .as_deref()
-        .and_then(|a| serde_json::from_str::<Value>(a).ok())
-        .filter(|a| a.get("required").and_then(Value::as_bool).unwrap_or(false));
-    if let Some(approval) = approval {
-        let timeout = approval.get("timeout_ms").and_then(Value::as_i64);
-        Decision::WaitingApproval { deadline: timeout.map(|ms| now.saturating_add(ms)) }
-    } else {
-        Decision::Ready { available_at: c.not_before_at.unwrap_or(now).max(now) }
-    }
 }
 
 async fn apply<T: StepTx>(
@@ -122,15 +100,16 @@ async fn apply<T: StepTx>(
     finals: &mut Vec<Finished>,
 ) -> StoreResult<()> {
     let (status, available_at, error, data) = match &decision {
+        Decision::Wait => return Ok(()),
         Decision::Ready { available_at } => ("ready", Some(*available_at), None, json!({"available_at": available_at})),
         Decision::WaitingApproval { deadline } => ("waiting_approval", *deadline, None, json!({"deadline": deadline})),
-        Decision::Skipped(reason) => ("skipped", None, None, json!({"reason": reason})),
+        Decision::Skipped(reason) => ("skipped", None, None, json!({"reason": reason.as_str()})),
         Decision::Failed(f) => {
             let record = json!({"code": f.code, "message": f.message, "retryable": false, "suggestion": "replan"});
             ("failed", None, Some(record.to_string()), record)
         }
     };
-    let is_final = matches!(decision, Decision::Skipped(_) | Decision::Failed(_));
+    let is_final = decision.is_final();
     let finished_at = is_final.then_some(now);
     if tx.step_decide(run_id, step_id, status, available_at, error.as_deref(), finished_at, now).await? {
         let kind = match status {
@@ -149,7 +128,8 @@ async fn apply<T: StepTx>(
 }
 
 /// Evaluates `when` over the referenced steps' outputs and statuses and the run input.
-/// `Ok(Err(message))` is an expression that cannot be evaluated (fails the step, not the transaction).
+/// `Ok(Err(message))` is an expression that cannot be evaluated (the decision fails the step, not the
+/// transaction).
 async fn evaluate_when<T: StepTx>(
     tx: &mut T,
     run_id: &str,

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use cairn_core::machine::{self, StepRules};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -108,10 +109,10 @@ impl Rows {
         let body = serde_json::to_string(&run.plan).map_err(|e| StoreError::corrupt("plan", e))?;
         let context = serde_json::to_string(&run.plan.context).map_err(|e| StoreError::corrupt("plan.context", e))?;
         let mut steps = step_rows(run)?;
-        // A root with no `when` and no approval is ready at once whatever its trigger rule (it has no parents):
-        // inserted as ready, it needs no decision statement, which keeps a 10,000-step submission to a few
-        // statements.
-        for r in steps.iter_mut().filter(|r| r.dep_count == 0 && r.when_expr.is_none() && !approval_required(r)) {
+        // A root that starts by itself is ready at once (it has no parents, so "every dependency succeeded"
+        // holds): inserted as ready, it needs no decision statement, which keeps a 10,000-step submission to a
+        // few statements.
+        for r in steps.iter_mut().filter(|r| r.dep_count == 0 && r.starts_itself == 1) {
             r.status = "ready";
         }
         Ok(Rows { plan_id: plan_id(&body), body, input: run.input.to_string(), context, steps, edges: edges(run) })
@@ -231,15 +232,6 @@ fn inserted_detail(run: &NewRun, plan_id: String, rows: &[StepInsert]) -> RunDet
     }
 }
 
-/// Whether the row's approval (JSON text) requires a decision before the step may run.
-fn approval_required(r: &StepInsert) -> bool {
-    r.approval
-        .as_deref()
-        .and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok())
-        .and_then(|a| a.get("required").and_then(serde_json::Value::as_bool))
-        .unwrap_or(false)
-}
-
 fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
     let mut children: HashMap<String, i64> = HashMap::new();
     for (parent, _) in edges(run) {
@@ -252,6 +244,7 @@ fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
         deps.dedup();
         let timer = run.timers.get(i).cloned().flatten();
         let retry = step.retry.clone().unwrap_or_default();
+        let starts_itself = machine::starts_itself(&StepRules::of(step, timer.as_ref().map(|t| t.0)), deps.len());
         rows.push(StepInsert {
             step_id: step.id.clone(),
             position: i64::try_from(i).unwrap_or(i64::MAX),
@@ -266,6 +259,7 @@ fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
             retry: serde_json::to_string(&retry).map_err(|e| StoreError::corrupt("retry", e))?,
             approval: step.approval.as_ref().map(|a| json!(a).to_string()),
             dep_count: i64::try_from(deps.len()).unwrap_or(i64::MAX),
+            starts_itself: i64::from(starts_itself),
             child_count: children.get(&step.id).copied().unwrap_or(0),
             successor_action: None,
             not_before_at: timer.as_ref().map(|t| t.0),
@@ -277,12 +271,10 @@ fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
 }
 
 /// Sets `successor_action` on each row whose one dependent the completion may lease in the same call: that
-/// dependent depends on nothing else and has no `when`, approval (even one not required: the release leaves any
-/// approval to Rust), `not_before` timer or `$` in its args (no placeholder to resolve, which could fail it).
-/// These are the conditions under which the release itself makes a dependent ready (`sql::release!`) plus the
-/// placeholder one; `cairn_complete_and_claim` checks them again, with the dynamic ones. The dependent's trigger
-/// rule is not checked: every rule (`all_success`, `all_done`, `none_failed`, `one_success`) runs a step whose
-/// one dependency succeeded; a rule added later that does not must be excluded here and in the function.
+/// dependent depends on nothing else, starts by itself (the fact the release and `cairn_complete_and_claim`
+/// compare, so its trigger rule, `when` and approval are `cairn_core::machine`'s business alone), and has no
+/// `not_before` timer or `$` in its args (no placeholder to resolve, which could fail it). The function checks
+/// the counters and flag again, with the dynamic conditions.
 fn set_successors(rows: &mut [StepInsert], edges: &[(String, String)]) {
     let mut only_child: HashMap<&str, Option<&str>> = HashMap::new();
     for (parent, child) in edges {
@@ -295,8 +287,7 @@ fn set_successors(rows: &mut [StepInsert], edges: &[(String, String)]) {
         .filter_map(|(i, r)| {
             let child = &rows[*index.get(only_child.get(r.step_id.as_str()).copied().flatten()?)?];
             let simple = child.dep_count == 1
-                && child.when_expr.is_none()
-                && child.approval.is_none()
+                && child.starts_itself == 1
                 && child.not_before_at.is_none()
                 && !child.args.contains('$');
             simple.then(|| (i, child.action.clone()))

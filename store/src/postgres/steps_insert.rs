@@ -14,20 +14,21 @@ use sqlx::{Postgres, Transaction};
 use crate::error::StoreResult;
 use crate::rows::StepInsert;
 
-/// Inserts runs' steps (in no particular order: nothing reads their physical order): `$1`–`$20` one array per
+/// Inserts runs' steps (in no particular order: nothing reads their physical order): `$1`–`$21` one array per
 /// column (a row per step, `$1` its run, `$20` its run's creation time).
 const STEPS_INSERT: &str = "INSERT INTO steps (run_id, step_id, position, action, status, args, when_expr, \
      trigger_rule, idempotent, timeout_ms, heartbeat_timeout_ms, retry, approval, dep_count, pending_deps, \
-     available_at, not_before_at, not_before_local, updated_at, child_count, successor_action) \
+     available_at, not_before_at, not_before_local, updated_at, child_count, successor_action, starts_itself) \
      SELECT s.run_id, s.step_id, s.position, s.action, s.status, s.args, s.when_expr, s.trigger_rule, \
        s.idempotent, s.timeout_ms, s.heartbeat_timeout_ms, s.retry, s.approval, s.dep_count, s.dep_count, \
-       s.available_at, s.not_before_at, s.not_before_local, s.updated_at, s.child_count, s.successor_action \
+       s.available_at, s.not_before_at, s.not_before_local, s.updated_at, s.child_count, s.successor_action, \
+       s.starts_itself \
      FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
        $9::int8[], $10::int8[], $11::int8[], $12::text[], $13::text[], $14::int8[], $15::int8[], $16::int8[], \
-       $17::text[], $18::int8[], $19::text[], $20::int8[]) \
+       $17::text[], $18::int8[], $19::text[], $20::int8[], $21::int8[]) \
        AS s(run_id, step_id, position, action, status, args, when_expr, trigger_rule, idempotent, timeout_ms, \
          heartbeat_timeout_ms, retry, approval, dep_count, available_at, not_before_at, not_before_local, \
-         child_count, successor_action, updated_at)";
+         child_count, successor_action, updated_at, starts_itself)";
 
 /// Runs [`STEPS_INSERT`] for each `(run_id, rows, now)` of `runs`, `now` the run's creation time (nothing for no
 /// rows).
@@ -67,6 +68,7 @@ pub(crate) async fn steps_insert(
         .bind(numbers(|r| r.child_count))
         .bind(optional_texts(|r| r.successor_action.as_deref()))
         .bind(rows.iter().map(|(_, _, now)| *now).collect::<Vec<i64>>())
+        .bind(numbers(|r| r.starts_itself))
         .execute(&mut **tx)
         .await?;
     Ok(())

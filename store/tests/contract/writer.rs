@@ -185,7 +185,13 @@ async fn a_claimed_step_names_its_successors_action_only_when_its_completion_may
         step("cond", "noop", &[], json!({})),
         step("cond_next", "noop", &["cond"], json!({"when": "true"})),
         step("gate", "noop", &[], json!({})),
-        step("gate_next", "noop", &["gate"], json!({"approval": {"required": false}})),
+        step("gate_next", "noop", &["gate"], json!({"approval": {"required": true}})),
+        // An approval that is not required changes nothing, and every trigger rule runs a step whose one
+        // dependency succeeded: both start by themselves (`cairn_core::machine::starts_itself`).
+        step("open", "noop", &[], json!({})),
+        step("open_next", "sleep", &["open"], json!({"approval": {"required": false}, "args": {"duration_ms": 1}})),
+        step("ruled", "noop", &[], json!({})),
+        step("ruled_next", "noop", &["ruled"], json!({"trigger_rule": "all_done"})),
         step("data", "noop", &[], json!({})),
         step("data_next", "noop", &["data"], json!({"args": {"v": "$data.output"}})),
     ]);
@@ -211,10 +217,12 @@ async fn a_claimed_step_names_its_successors_action_only_when_its_completion_may
         ("join_a", None),
         ("join_b", None),
         ("leaf", None),
+        ("open", Some("sleep")),
+        ("ruled", Some("noop")),
         ("simple", Some("condition.eval")),
         ("timed", None),
     ];
-    assert_eq!(successors, expected, "only `simple` has a successor its completion may lease");
+    assert_eq!(successors, expected, "only steps whose one dependent starts by itself name its action");
 }
 
 contract_tests!(
