@@ -201,8 +201,8 @@ fn unknown_schema_subject_is_a_usage_error() {
     assert_eq!(output.status.code(), Some(2), "a bad subject exits 2");
 }
 
-/// Issue "Hardening" F1: a `when` of 50,000 terms aborted `cairn validate` with a stack overflow; it is an invalid
-/// plan (exit 1) whose diagnostic names the limit.
+/// Issue "Hardening" F1: a `when` of 50,000 terms would abort `cairn validate` with a stack overflow; it is an
+/// invalid plan (exit 1) whose diagnostic names the limit.
 #[test]
 fn validate_refuses_a_when_of_fifty_thousand_terms_with_exit_1() {
     let when = format!("{} == 0", vec!["1"; 50_000].join(" + "));

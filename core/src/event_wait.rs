@@ -1,4 +1,4 @@
-//! The built-in `event.wait` action: its args, and the CEL filter an external event's payload must pass (issue 9).
+//! The built-in `event.wait` action: its args, and the CEL filter an external event's payload must pass (contract §10, "Waiting").
 //!
 //! A step `{"action": "event.wait", "args": {"name": "payment.received", "key": "$input.order_id",
 //! "filter": "payload.amount >= 100", "lookback_ms": 3600000, "timeout_ms": 86400000, "on_timeout": "fail"}}` is

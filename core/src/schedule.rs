@@ -1,5 +1,5 @@
-//! Cron schedules: parsing, DST-correct fire times in an IANA zone, and the misfire decision (issue 9, cases
-//! C18, C20, C21). Pure: "now" is always passed in.
+//! Cron schedules: parsing, DST-correct fire times in an IANA zone, and the misfire decision (contract §10,
+//! "Waiting"; cases C18, C20, C21). Pure: "now" is always passed in.
 //!
 //! How a fire time is found. `croner` parses the expression (5 fields, or 6 with leading seconds; `L`, `W`,
 //! `#`, ranges and steps; day-of-month and day-of-week are OR-ed as in Vixie cron) and searches **wall-clock

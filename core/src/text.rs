@@ -4,8 +4,8 @@
 //!
 //! They are checked where a request enters (the REST API, the worker protocol, args an orchestrator-run action
 //! reads), so that SQLite and PostgreSQL accept exactly the same values: PostgreSQL refuses NUL in text and a
-//! b-tree key over about 2,700 bytes, SQLite takes both, and a value one backend refuses used to be answered 503
-//! "retry" forever. JSON values (inputs, args, outputs, payloads) may hold any Unicode, U+0000 included: they are
+//! b-tree key over about 2,700 bytes, SQLite takes both, and a value one backend refuses must not reach it, where
+//! it would be an error the client can do nothing about. JSON values (inputs, args, outputs, payloads) may hold any Unicode, U+0000 included: they are
 //! stored as JSON text, where it is the escape `\u0000`.
 
 /// A kind of identifier and its limit.

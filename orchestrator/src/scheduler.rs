@@ -1,4 +1,4 @@
-//! Cron schedules (issue 9): definitions (create, update, pause, resume, delete, preview) and the tick pass that
+//! Cron schedules (contract §10, "Waiting"): definitions (create, update, pause, resume, delete, preview) and the tick pass that
 //! starts their runs, plus the background loop that drives every kind of durable wait once a second.
 //!
 //! A schedule's next fire time is a nominal UTC instant computed once with DST-aware arithmetic

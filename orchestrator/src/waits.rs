@@ -1,4 +1,5 @@
-//! Approval decisions and timeouts, and `event.wait` steps: the engine side of issue 9's human and event waits.
+//! Approval decisions and timeouts, and `event.wait` steps: the engine side of human and event waits (contract
+//! §10, "Waiting").
 //! The store does each change in one transaction; the engine adds the clock, limits and wake-ups.
 
 use cairn_store::{ApprovalOutcome, Delivery, NewEvent, PendingApproval, StoreResult};

@@ -10,8 +10,8 @@
 //! - [`error`]: [`StoreError`], with which failures are retryable.
 //! - `flow`: submit, claim, finish (complete/fail), settle (the cascade), control (cancel, operator, reaper).
 //! - `read`: queries for the API and CLI (runs, steps, attempts, events).
-//! - `waiting`, `wait_tx`: durable waiting (issue 9): schedules and ticks, approval decisions and deadlines,
-//!   external events and `event.wait` steps.
+//! - `waiting`, `wait_tx`: durable waiting (contract §10, "Waiting"): schedules and ticks, approval decisions and
+//!   deadlines, external events and `event.wait` steps.
 //! - `tx`, `sql`, `rows`, `sqlite`, `postgres`: statements and rows.
 //! - `peers`: messages between orchestrators sharing a PostgreSQL database (`LISTEN`/`NOTIFY`).
 //!
@@ -125,7 +125,7 @@ macro_rules! in_tx {
     };
 }
 
-// Durable waiting (issue 9); declared after `in_tx!` so they can use it.
+// Durable waiting; declared after `in_tx!` so they can use it.
 mod wait_tx;
 mod waiting;
 pub use waiting::{

@@ -1,7 +1,7 @@
 //! Messages between orchestrators sharing one PostgreSQL database, over `LISTEN`/`NOTIFY` on channel
-//! [`PEER_CHANNEL`] (issue 8): an orchestrator wakes its own long polls in memory when steps become claimable, and
-//! tells the others so that polls parked on them claim too, instead of finding the steps at their next idle
-//! re-check. PostgreSQL delivers a notification to every session listening on the channel in the same database,
+//! [`PEER_CHANNEL`] (`docs/design/dispatcher.md`): an orchestrator wakes its own long polls in memory when steps
+//! become claimable, and tells the others so that polls parked on them claim too, instead of finding the steps at
+//! their next idle re-check. PostgreSQL delivers a notification to every session listening on the channel in the same database,
 //! after the sending transaction commits, and drops those sent while a listener's connection was down (the
 //! re-check covers that). SQLite serves one orchestrator process per database: there is no one to tell.
 

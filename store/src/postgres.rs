@@ -23,9 +23,9 @@ impl_step_tx!(
     events: events_insert,
     steps: steps_insert::run_steps_insert,
     run_insert: (crate::sql::PLAN_RUN_INSERT_POSTGRES, stores_plan: true),
-    // Not prepared, as before SQLite's were: planned for each batch with its own keys. Batches over several runs
-    // mostly take the leaf call on PostgreSQL (`postgres/complete_leaves.rs`), so caching one statement per run
-    // count was not measured here.
+    // Not prepared: planned for each batch with its own keys. Batches over several runs mostly take the leaf call
+    // on PostgreSQL (`postgres/complete_leaves.rs`), so caching one statement per run count, as SQLite does, has
+    // not been shown to pay here.
     lists_prepared: false
 );
 
@@ -63,7 +63,7 @@ macro_rules! lock_runs {
 
 /// Leases due ready steps, inserts their attempt rows, marks the runs they start running, and appends the
 /// transaction's queued events ($6–$10, as [`EVENTS_INSERT`] binds them) followed by one `step_started` event per
-/// leased step: one statement, one round trip fewer per transaction than a separate events insert (issue 8).
+/// leased step: one statement, one round trip fewer per transaction than a separate events insert.
 /// Rows locked by another claimer are skipped, not waited for. Index: `steps_ready_idx`, then primary keys.
 ///
 /// The runs it starts are found by key only: their ids arrive as an array computed first, and their status is

@@ -1,4 +1,4 @@
-//! Durable waiting in the store (issue 9): schedules and their ticks, approval decisions and timeouts, external
+//! Durable waiting in the store (contract §10, "Waiting"): schedules and their ticks, approval decisions and timeouts, external
 //! events and `event.wait` steps. Writes run in one transaction each (the flows in `flow::schedule`,
 //! `flow::approval`, `flow::event_wait`); reads and schedule definitions are single statements, the same SQL on
 //! both backends. Times are epoch milliseconds, named `*_ms`.

@@ -1,17 +1,15 @@
-//! The orchestrator's batch writer: one task writes every batch of reports and claims (`Store::write_batch`,
-//! issue 8), so on PostgreSQL it keeps one pooled connection checked out between its transactions.
+//! The orchestrator's batch writer: one task writes every batch of reports and claims (`Store::write_batch`;
+//! `docs/design/group-commit.md`), so on PostgreSQL it keeps one pooled connection checked out between its
+//! transactions.
 //!
 //! Why: a connection going back to sqlx's pool is pinged (one more round trip and a wake-up of its server
 //! process, in a task of its own, at the moment the batch's answers go out), and the next transaction then
 //! begins on another pooled connection, with another server process. Kept, the writer's transactions run on one
-//! server process back to back. Measured with `cairn bench` (2026-11-30, window H of `docs/performance.md`,
-//! alternating builds, fresh database each run; five of the nine chain pairs with a first version of this
-//! change): chain 1.32–1.63 against 1.58–1.79 ms per step (nine pairs), 1 × 16 throughput 2,256–2,765 against
-//! 2,223–2,566 steps/s (six pairs).
+//! server process back to back, which shortens every chain step (`bench/results/comparisons.csv`).
 //!
-//! The held connection counts against the pool's size (16), as does the one the orchestrator's listener to
-//! other orchestrators holds (`PeerListener`): other transactions share the other 14. SQLite has one connection
-//! anyway, so there the writer uses the pool as every other transaction does.
+//! The held connection counts against the pool's size (16): other transactions share the other 15 (the
+//! orchestrator's listener to other orchestrators, `PeerListener`, has a connection of its own). SQLite has one
+//! connection anyway, so there the writer uses the pool as every other transaction does.
 
 use std::collections::{HashMap, HashSet};
 

@@ -54,8 +54,8 @@ async fn postgres_lock_timeout_is_contended_and_a_refused_statement_is_not(pool:
     assert!(!refused.is_unreachable(), "nor an outage: {refused}");
 }
 
-/// Issue "Hardening" F6: every database error used to be retryable, so a value PostgreSQL refuses was answered
-/// 503 "retry" forever. Each class is decided once here; real errors from PostgreSQL.
+/// A value PostgreSQL refuses is not retryable: answered 503 "retry", the client would resend it forever. Each
+/// class is decided once here; real errors from PostgreSQL.
 #[sqlx::test(migrations = false)]
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
 async fn postgres_errors_are_classified_once_refused_data_is_not_retryable(pool: sqlx::PgPool) {

@@ -178,8 +178,8 @@ fn hostile_when(tail: &str) -> Value {
     ]})
 }
 
-/// Issue "Hardening" F1: a `when` of 10,000 `1 +` terms (40 KB), 5,000 chained `.x` or 20,000 `[0]` overflowed a
-/// tokio worker's stack during validation and aborted the server. Each is now an invalid plan: 422 with a
+/// Issue "Hardening" F1: a `when` of 10,000 `1 +` terms (40 KB), 5,000 chained `.x` or 20,000 `[0]` would
+/// overflow a tokio worker's stack during validation and abort the server. Each is an invalid plan: 422 with a
 /// `limit_exceeded` diagnostic (pointer, limit) from `/v1/runs`, `{valid: false}` from `/v1/plans:validate`.
 #[tokio::test]
 async fn expressions_too_long_or_too_deep_are_invalid_plans_and_the_server_keeps_serving() {
@@ -221,8 +221,9 @@ async fn expressions_too_long_or_too_deep_are_invalid_plans_and_the_server_keeps
 }
 
 /// Issue "Hardening" F6 (`pg_data_errors_503.sh`): on PostgreSQL, values the database refuses (a NUL in an id,
-/// a key or an event name; a 2,700-character idempotency key) were answered 503 "unavailable; retry" forever,
-/// while SQLite accepted them. They are refused at the edge with a 4xx naming the field, identically on both.
+/// a key or an event name; a 2,700-character idempotency key) would be answered 503 "unavailable; retry"
+/// forever, while SQLite accepts them. They are refused at the edge with a 4xx naming the field, identically on
+/// both.
 #[tokio::test]
 async fn values_a_database_would_refuse_get_the_same_4xx_on_both_backends() {
     for backend in backends() {

@@ -3,8 +3,8 @@
 //! contract §10, "Leases, timers, time").
 //!
 //! The engine runs on the orchestrator's clock (`SteadyClock`, as `cairn serve` and `cairn dev` do) over a host
-//! clock the test steps. On the host clock itself, as before the rule, the forward step expired the lease at once
-//! and the reaper reclaimed the attempt; the backward step stamped the attempt's end an hour before its start.
+//! clock the test steps. On the host clock itself, the forward step would expire the lease at once and the reaper
+//! reclaim the attempt, and the backward step would stamp the attempt's end an hour before its start.
 
 #![allow(clippy::unwrap_used)]
 

@@ -1,8 +1,8 @@
 //! A poison `condition.eval` expression fails its step, never the worker (issue "Hardening", F3).
 //!
-//! Before the bounds, an expression of 10,000 `1 +` terms overflowed the stack of the worker thread compiling
-//! it: the process aborted with every attempt it held, its non-idempotent ones went to `outcome_unknown`, and the
-//! next worker to take the step died the same way. The expression reaches the worker by interpolation (an earlier
+//! Without the bounds, an expression of 10,000 `1 +` terms overflows the stack of the worker thread compiling
+//! it: the process aborts with every attempt it holds, its non-idempotent ones go to `outcome_unknown`, and the
+//! next worker to take the step dies the same way. The expression reaches the worker by interpolation (an earlier
 //! step's output), so validation cannot see it. Real processes: `cairn serve` and one `cairn worker`.
 
 #![allow(clippy::unwrap_used)]

@@ -1,13 +1,13 @@
 //! A PostgreSQL silence never parks a healthy step (issue "Hardening", F4; contract §5, "Leases").
 //!
-//! Seen before the rule: after a 40 s silence of the database the service answered 200 again, and the reaper's
-//! first pass failed every lease that had expired meanwhile — the workers' resent reports arrived 9 ms later,
-//! and healthy non-idempotent steps were parked as `outcome_unknown`. Now the reaper spares, for one lease TTL
-//! after the store answers again, the leases that expired while it was silent.
+//! The race it guards against: after a 40 s silence of the database, the reaper's first pass can fail every lease
+//! that expired meanwhile before the workers' resent reports arrive (9 ms later, when it was seen), parking
+//! healthy non-idempotent steps as `outcome_unknown`. The reaper therefore spares, for one lease TTL after the
+//! store answers again, the leases that expired while it was silent.
 //!
 //! Real processes: `cairn serve` reaches PostgreSQL through a proxy that goes silent (forwarding nothing, closing
 //! nothing); a real `cairn worker` runs a non-idempotent `sleep`. The worker is frozen across the silence and for
-//! a while after it, so on the code before the rule the reaper certainly passed first (the step ended
+//! a while after it, so without the rule the reaper would certainly pass first (and the step would end
 //! `outcome_unknown`); thawed within the spared TTL, its heartbeat and report land and the step succeeds in its
 //! one attempt.
 
@@ -47,7 +47,7 @@ async fn leases_that_expired_while_the_store_was_silent_get_one_more_ttl() {
     // Longer than a lease TTL: every lease in flight expires while the store is silent.
     tokio::time::sleep(Duration::from_millis(2 * TTL_MS)).await;
     proxy.speak();
-    // The reaper's passes now reach the store; before the rule, the first of them failed the lease.
+    // The reaper's passes now reach the store; without the spared TTL, the first of them would fail the lease.
     tokio::time::sleep(Duration::from_millis(TTL_MS / 2)).await;
     worker.thaw();
 

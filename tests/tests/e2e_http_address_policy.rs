@@ -32,7 +32,7 @@ async fn finished(app: &HttpApp, run_id: &str, worker: &CairnProcess) -> Value {
     .await
 }
 
-/// Before the fix a worker reached 127.0.0.1 whatever it was told, and nothing could set the allowance.
+/// A worker reaches loopback only when its own settings allow it, and the setting is what decides either way.
 #[tokio::test]
 async fn a_worker_refuses_loopback_unless_its_settings_allow_it() {
     for backend in backends() {

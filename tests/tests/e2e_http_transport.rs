@@ -20,8 +20,8 @@ fn retry(max_attempts: u32) -> Value {
     json!({"max_attempts": max_attempts, "initial_interval_ms": 1000, "backoff_coefficient": 1.0, "jitter": "none"})
 }
 
-/// Before the fix the reset was a plain retryable `action_error`: the step was `failed`, `receipt` skipped and
-/// the run failed, though the server had the charge.
+/// Taken for a plain retryable `action_error`, the reset would leave the step `failed`, `receipt` skipped and the
+/// run failed, though the server had the charge.
 #[tokio::test]
 async fn a_non_idempotent_request_reset_after_the_server_read_it_is_outcome_unknown() {
     for backend in backends() {
@@ -65,7 +65,7 @@ async fn a_non_idempotent_request_reset_after_the_server_read_it_is_outcome_unkn
 }
 
 /// A refused connection sent nothing, so even a non-idempotent step is retried under its policy; here until
-/// the attempts run out. (This held before the fix too: connect errors were `did_not_take_effect`.)
+/// the attempts run out.
 #[tokio::test]
 async fn a_non_idempotent_request_whose_connection_is_refused_is_retried() {
     for backend in backends() {

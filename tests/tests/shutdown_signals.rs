@@ -1,5 +1,5 @@
 //! SIGTERM stops `cairn serve` and `cairn dev` gracefully (issue "Hardening", F8): Docker and systemd stop with
-//! SIGTERM, and the processes used to die of it (exit status -15) because they waited for ctrl-c only.
+//! SIGTERM, and a process that waited for ctrl-c only would die of it (exit status -15).
 //!
 //! A graceful stop answers the worker's long poll and ends live event streams at once, lets requests in flight
 //! finish, flushes traces and exits 0; a run in flight loses nothing: its worker resends its report to the

@@ -27,7 +27,7 @@
 //!   `step_succeeded` − `claimable`) = steps / `span_ms`; dispatch latency = `step_started` − the later of
 //!   `step_ready` and `claimable`, per step, p50 and p99. `submit_ms` = `claimable` − first `step_ready` is the
 //!   submission's own transaction (`step_ready` is stamped when it begins), and `steps_per_sec_from_ready` the
-//!   rate over both (the `steps_per_sec` of windows A to L in `docs/performance.md`).
+//!   rate over both (what `bench/results/` series A to L report as throughput).
 //! - `timers`: a run of 10,000 independent `noop` steps whose `not_before` is the same instant, a few seconds
 //!   ahead; `wall_ms` = last `step_started` − that instant (how long until every timer has fired and its step
 //!   been handed to a worker).

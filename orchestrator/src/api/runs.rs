@@ -173,7 +173,7 @@ pub(super) async fn step_action(
     let by = decision.by.unwrap_or_else(|| "api".into());
     cairn_core::text::OPERATOR_NOTE.check(&by)?;
     if matches!(action, OperatorAction::Approve | OperatorAction::Reject) {
-        // Approvals check the approval deadline (issue 9): a decision after it is refused.
+        // Approvals check the approval deadline (contract §10, "Waiting"): a decision after it is refused.
         let approve = action == OperatorAction::Approve;
         match state.engine.decide_approval(&id, step, approve, &by).await? {
             cairn_store::ApprovalOutcome::Decided => {}

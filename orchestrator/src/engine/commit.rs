@@ -1,4 +1,4 @@
-//! Group commit of new runs, worker reports and claims (issue 8).
+//! Group commit of new runs, worker reports and claims (`docs/design/group-commit.md`).
 //!
 //! Submissions of small runs (at most [`MAX_BATCHED_RUN_STEPS`] steps), reports (`Complete`, `Fail`) and claims
 //! (`Poll`) queue to one writer task, which applies whatever has

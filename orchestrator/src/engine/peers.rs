@@ -1,4 +1,4 @@
-//! Wake-ups between orchestrators sharing a PostgreSQL database (issue 8).
+//! Wake-ups between orchestrators sharing a PostgreSQL database (`docs/design/dispatcher.md`).
 //!
 //! An orchestrator wakes its own long polls in memory when what it commits makes steps claimable
 //! ([`Engine::wake`]). What another orchestrator commits (a submission, a report releasing steps no poll there
@@ -17,8 +17,8 @@
 //!
 //! A listener that hears nothing for the TTL, not even this orchestrator's own hellos, is made again on a new
 //! connection: its connection was cut without a close (a failover, a network cut), which sqlx's listener, only
-//! ever reading, never notices (2026-12-01; before, wake-ups from the others stopped for good after such a cut,
-//! and polls here found their steps at the idle re-check only).
+//! ever reading, never notices. Left alone, wake-ups from the others would stop for good after such a cut, and
+//! polls here would find their steps at the idle re-check only.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};

@@ -7,9 +7,9 @@
 //! - **a silent store** (issue "Hardening", F4): while the database did not answer (down, restarting, cut off),
 //!   heartbeats and reports failed with it. Once it answers again, leases that expired after it was last heard
 //!   from are spared for one lease TTL, which gives their workers' heartbeats and resent reports time to land;
-//!   leases that expired before the silence began are reaped as usual. A 40 s PostgreSQL silence used to park
-//!   healthy non-idempotent steps as `outcome_unknown` because the first reaper pass after it won, by 9 ms,
-//!   against the workers' resent reports.
+//!   leases that expired before the silence began are reaped as usual. Without the spared TTL, the first reaper
+//!   pass after a silence races the workers' resent reports (after a 40 s PostgreSQL silence it won by 9 ms)
+//!   and parks healthy non-idempotent steps as `outcome_unknown`.
 //!
 //! Silence is measured on the monotonic clock (the reaper's passes are seconds apart, so a pass that finds the
 //! store last heard from more than [`ReapGrace::silence`] ago, or a pass that itself took that long, saw it), and

@@ -1,4 +1,4 @@
-//! Approval decisions and approval timeouts (contract §2 `approval`, issue 9).
+//! Approval decisions and approval timeouts (contract §2 `approval`, §10 "Waiting").
 //!
 //! A step entering `waiting_approval` keeps its decision deadline (entry + `timeout_ms`) in `available_at`. A
 //! person's decision is accepted only before the deadline; at or after it, the declared `on_timeout` applies

@@ -1,5 +1,6 @@
 //! Group commit: many new runs, reports and claims in one transaction, and the steps the runs make ready and the
-//! dependents the reports release claimed in that same transaction for workers already waiting (issue 8).
+//! dependents the reports release claimed in that same transaction for workers already waiting
+//! (`docs/design/group-commit.md`).
 //!
 //! Every run, report and claim keeps its own semantics (a run is created exactly as `Store::create_run` would,
 //! idempotency key included; a report is fenced by its lease and decided as if alone; runs come first, then

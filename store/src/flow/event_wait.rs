@@ -1,4 +1,4 @@
-//! `event.wait` steps, run by the orchestrator itself (issue 9).
+//! `event.wait` steps, run by the orchestrator itself (contract §10, "Waiting").
 //!
 //! Start: a ready `event.wait` step is claimed like any step (attempt row, `step_started`, placeholders resolved)
 //! by the owner [`WAIT_OWNER`]; in the same transaction its lease expiry is cleared (the reaper leaves it alone:

@@ -1,4 +1,4 @@
-//! Firing a schedule's due ticks: one transaction per schedule pass (issue 9, case C18).
+//! Firing a schedule's due ticks: one transaction per schedule pass (contract §10, "Waiting"; case C18).
 //!
 //! The pass first moves the schedule's `next_fire_at` on, fenced on the value the caller read (and on not being
 //! paused): of several orchestrators handling the same tick, exactly one gets the row and the others change

@@ -1,5 +1,5 @@
 //! A chain step in one round trip: the batch writer's path for a batch that is one completion with the claim
-//! riding on it (issue 8).
+//! riding on it (`docs/design/fast-path.md`).
 //!
 //! The general path for that batch is `BEGIN`, the success statement, the claim, `COMMIT`: four round trips to
 //! the server, each a wake-up of both processes. When the completed step has one dependent that the success

@@ -1,5 +1,5 @@
 //! Leaf completions and their claims in one round trip: the batch writer's path for a batch of successes of steps
-//! nothing depends on, with the claims riding on them and any polls (issue 8).
+//! nothing depends on, with the claims riding on them and any polls (`docs/design/fast-path.md`).
 //!
 //! The general path for that batch is `BEGIN`, the success statement, the runs' counters, the claim, `COMMIT`:
 //! five round trips, with the batch's workers waiting on all of them. When every succeeded step is a leaf, every

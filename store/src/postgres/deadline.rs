@@ -2,10 +2,10 @@
 //!
 //! sqlx 0.9 sets no TCP keepalive on its sockets (transact-rs/sqlx#3540, open), so a connection whose server
 //! vanished without closing it (a failover, a killed host or container, a dropped NAT mapping, a network cut)
-//! never fails: the read of an answer that will never come waits forever. Before 2026-12-01 that stopped the
-//! orchestrator's batch writer, and with it every report, claim and submission, for good. Now every write
-//! transaction, every read and every call of the batch writer gets an answer within the deadline or fails as a
-//! lost connection ([`crate::postgres::lost_connection`]): retryable, the connection closed rather than reused.
+//! never fails: the read of an answer that will never come waits forever. In the orchestrator's batch writer that
+//! would stop every report, claim and submission for good. So every write transaction, every read and every
+//! call of the batch writer gets an answer within the deadline or fails as a lost connection
+//! ([`crate::postgres::lost_connection`]): retryable, the connection closed rather than reused.
 //!
 //! The server side of such a cut is the other half: a server process whose client vanished mid-transaction sits
 //! idle in it, holding its row locks (a run's row, the steps it claimed), until TCP keepalive notices (by default
@@ -24,7 +24,7 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
 use crate::error::StoreResult;
 
 /// Default answer deadline. A batch or transaction of Cairn's takes milliseconds (a 10,000-step submission
-/// about 0.5 s, docs/performance.md); 30 s leaves room for lock waits and a slow disk while still healing a cut
+/// about 0.5 s, `bench/results/`); 30 s leaves room for lock waits and a slow disk while still healing a cut
 /// in well under a minute.
 pub const DEFAULT_ANSWER_DEADLINE: Duration = Duration::from_secs(30);
 

@@ -2,9 +2,9 @@
 //!
 //! The batch writer's general path computes a batch's whole outcome before it sends `COMMIT`. When the connection
 //! is lost while `COMMIT` is under way, the server may have committed or not, and without a way to tell, the
-//! steps the batch leased (for the claims riding on it, and hand-offs to waiting polls) reached no worker: they
-//! sat `running` until their lease expired, and a non-idempotent one was then parked as `outcome_unknown`
-//! although it never started (architecture §6). Those leases identify the transaction: each names a step, its
+//! steps the batch leased (for the claims riding on it, and hand-offs to waiting polls) would reach no worker:
+//! they would sit `running` until their lease expired, and a non-idempotent one would then be parked as
+//! `outcome_unknown` although it never started (architecture §6). Those leases identify the transaction: each names a step, its
 //! new attempt, the worker and the instant, which only that transaction wrote. So a read of the leased rows on
 //! a fresh connection tells the two cases apart, at no cost to batches whose `COMMIT` is answered.
 
@@ -25,7 +25,7 @@ const LEASES_IN_PLACE: &str = "SELECT count(*) FROM UNNEST($1::text[], $2::text[
 /// `Some(false)` means nothing was written, with one exception: a server process that lost its client to a
 /// network cut (not a terminated session or a restart) may still be committing when this read runs. A retry of
 /// the batch then waits on that transaction's row locks and finds its reports stale; the steps that transaction
-/// leased come back by lease expiry, as every lease of a lost `COMMIT` did before this read existed.
+/// leased come back by lease expiry, as every lease of a lost `COMMIT` would without this read.
 ///
 /// # Errors
 /// sqlx's error when the read fails on a live connection or on every pooled one.

@@ -2,17 +2,15 @@
 //! statement whatever the number of runs.
 //!
 //! New runs: a group-commit batch's runs (at most 100 steps each) are stored with one statement for their plans
-//! and runs and one for their steps ([`super::steps_insert`]), instead of two per run. Measured with statement
-//! logging in `cairn bench dispatch` (2026-12-01, about four single-step runs a batch): the two per-run
-//! statements cost about 0.27 ms a run, execute and bind.
+//! and runs and one for their steps ([`super::steps_insert`]), instead of two per run, which cost about 0.27 ms a
+//! run, execute and bind (statement logging in `cairn bench dispatch`, about four single-step runs a batch).
 //!
 //! Closing runs:
-//! Why: written as `VALUES` and `IN (…)` lists (as on SQLite), their text changed with the number of runs, so
-//! they went unprepared and were parsed, planned and bound for every batch. That was cheap while batches over
-//! several runs mostly took the leaf call (`complete_leaves.rs`); since new runs share the writer's batches
-//! (which then take the general path), it was measured with statement logging in `cairn bench dispatch`
-//! (2026-12-01): the two statements that close and finish the batch's runs cost 1.0 and 0.6 ms a batch, parse
-//! and bind 0.3 and 0.4 ms of that.
+//! Why: written as `VALUES` and `IN (…)` lists (as on SQLite), their text changes with the number of runs, so
+//! they would go unprepared and be parsed, planned and bound for every batch. Batches that carry new runs take
+//! the general path (the leaf call knows only reports and claims), so in `cairn bench dispatch` nearly every
+//! batch would pay that: as lists, the two statements that close and finish the batch's runs cost 1.0 and
+//! 0.6 ms a batch under statement logging, parse and bind 0.3 and 0.4 ms of that.
 //!
 //! Every statement reads `runs` by key (`id = ANY ($n)`) and `steps` by its `(run_id, …)` primary key prefix.
 

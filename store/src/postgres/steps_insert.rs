@@ -2,12 +2,9 @@
 //! group-commit batch's runs together.
 //!
 //! Why: as multi-row `VALUES` lists (1,000 rows of 21 parameters a statement, as on SQLite), a 10,000-step run's
-//! steps cost ten statements that PostgreSQL parsed, bound and planned one by one: 146 ms of a 450 ms
-//! submission in `cairn bench throughput` (statement logging, 2026-11-30, window M: parse 10 ms, bind 42 ms,
-//! execute 94 ms). One prepared text for any number of rows leaves the rows' own work: the insert took 99–117 ms
-//! against 136–141 ms (statement logging, two runs each, alternating), and the submission (`submit_ms`, the
-//! Rust side included: no 21,000-parameter queries to build) 398–408 against 379–588 ms (four runs each, on a
-//! machine busy with a build).
+//! steps are ten statements that PostgreSQL parses, binds and plans one by one: 146 ms of a 450 ms submission
+//! in `cairn bench throughput` under statement logging (parse 10 ms, bind 42 ms, execute 94 ms), and Rust builds
+//! 21,000-parameter queries for them. One prepared text for any number of rows leaves only the rows' own work.
 
 use sqlx::{Postgres, Transaction};
 

@@ -1,5 +1,5 @@
-//! Deleting a run deletes its steps, attempts and events (issue 8: PostgreSQL keeps this with a statement trigger
-//! on `runs`, not with foreign keys, since migration 0009; SQLite with its foreign keys' `ON DELETE CASCADE`).
+//! Deleting a run deletes its steps, attempts and events (PostgreSQL keeps this with a statement trigger on
+//! `runs`, not with foreign keys, since migration 0009; SQLite with its foreign keys' `ON DELETE CASCADE`).
 //! Cairn never deletes a run itself; an operator may, with SQL.
 
 use cairn_store::Store;

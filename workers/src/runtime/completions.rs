@@ -1,4 +1,4 @@
-//! Completions that queue up while calls are in flight go to the orchestrator together (`CompleteBatch`, issue 8).
+//! Completions that queue up while calls are in flight go to the orchestrator together (`CompleteBatch`).
 //!
 //! Every slot's `Complete` passes through one task per worker process. Whenever fewer than [`IN_FLIGHT`] of this
 //! worker's calls are out, the task sends everything queued in one call, so a lone completion (a chain step, a
@@ -40,10 +40,9 @@ use super::fetch::return_unstarted;
 /// messages over 4 MiB by default; an output may be up to `max_output_bytes`, 1 MiB by default).
 const MAX_BATCH_BYTES: usize = 1024 * 1024;
 /// Calls carrying completions in flight at once, per worker process; what finishes while all are out waits for
-/// the first to end and goes in the next. Measured with `cairn bench throughput` (`docs/performance.md`, window
-/// M, SQLite): with 1 or 2, one worker × 16 slots lost 9–25 % (its writer waited for the calls' round trips);
-/// with 4 to 32, 1 × 16 was unchanged within the noise; with 16, 4 workers × 64 drained 15,152–17,212 steps/s
-/// against 10,917–13,021 without batches (PostgreSQL: 9,804–11,442 against 8,749–9,524).
+/// the first to end and goes in the next. With 1 or 2, one worker × 16 slots loses throughput (the
+/// orchestrator's writer waits for the calls' round trips between batches); from 4 to 32 it does not, and 16
+/// lets 4 workers × 64 slots share calls under load (`docs/design/worker-runtime.md`).
 const IN_FLIGHT: usize = 16;
 
 /// Where one completion's answer goes.

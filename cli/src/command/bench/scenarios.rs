@@ -68,8 +68,9 @@ pub(super) async fn fanout(client: &Client) -> anyhow::Result<Value> {
 /// earlier of the submission's acknowledgement (read on this host's clock, as the orchestrator's timestamps are)
 /// and the first `step_started`. The submission's own transaction (storing the plan, its steps and their
 /// `step_ready` events, whose timestamps are taken when it begins) is reported apart, as `submit_ms`: on
-/// PostgreSQL it took about 450 ms of a 1.5 s span for 10,000 steps (2026-11-30), which the figure up to
-/// window L included (`steps_per_sec_from_ready` keeps that figure).
+/// PostgreSQL it can be a third of a span counted from the first `step_ready` (about 450 ms of 1.5 s for 10,000
+/// steps), which would measure storing the plan rather than the drain peers' jobs-per-second figures describe
+/// (`steps_per_sec_from_ready` gives the rate over both).
 pub(super) async fn throughput(client: &Client) -> anyhow::Result<Value> {
     let ids: Vec<String> = (0..THROUGHPUT_STEPS).map(|i| format!("t{i:05}")).collect();
     let steps: Vec<Value> = ids.iter().map(|id| noop(id, &[])).collect();
