@@ -164,7 +164,7 @@ fn attempt(c: Claimed, now_ms: i64) -> Attempt {
 /// across restarts) and the orchestrator's attempt span (its id derived from the attempt), so the worker's span
 /// is a child of the orchestrator's.
 pub fn traceparent(lease: &Lease) -> String {
-    cairn_workers::telemetry::attempt_traceparent(&lease.run_id, &lease.step_id, lease.attempt)
+    cairn_telemetry::attempt_traceparent(&lease.run_id, &lease.step_id, lease.attempt)
 }
 
 fn outcome(report: Report) -> ReportResponse {

@@ -331,7 +331,7 @@ fn attempt_span(task: &Task<AttemptJob>) -> Span {
         traceparent = %job.traceparent,
     );
     // A child of the orchestrator's attempt span, so the attempt joins its run's trace.
-    crate::telemetry::set_remote_parent(&span, &job.traceparent);
+    cairn_telemetry::set_remote_parent(&span, &job.traceparent);
     span
 }
 
