@@ -91,7 +91,7 @@ pub fn actions_from_env() -> ActionsConfig {
         config.llm.base_url = url;
     }
     if let Some(key) = var("OPENAI_API_KEY") {
-        config.llm.api_key = Some(key);
+        config.llm.api_key = Some(key.into());
     }
     if let Some(model) = var("CAIRN_LLM_MODEL") {
         config.llm.model = model;
