@@ -85,7 +85,7 @@ pub fn actions_from_env() -> ActionsConfig {
         config.notify.file_path = path.into();
     }
     if let Some(url) = var("CAIRN_NOTIFY_WEBHOOK") {
-        config.notify.webhook_url = Some(url);
+        config.notify.webhook_url = Some(url.into());
     }
     if let Some(url) = var("OPENAI_BASE_URL") {
         config.llm.base_url = url;

@@ -35,4 +35,5 @@ pub mod prelude {
     pub use cairn_core::catalog::Effect;
     pub use cairn_core::failure::codes;
     pub use cairn_telemetry::{TelemetryConfig, TelemetryGuard, init as init_telemetry};
+    pub use secrecy::SecretString;
 }

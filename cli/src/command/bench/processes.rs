@@ -75,7 +75,7 @@ impl Processes {
             .env("CAIRN_MAX_STEPS", "10000")
             .spawn()
             .context("starting `cairn serve`")?;
-        let client = Client::new(&format!("http://127.0.0.1:{http}"), Some(self.api_token.clone()))?;
+        let client = Client::new(&format!("http://127.0.0.1:{http}"), Some(self.api_token.as_str().into()))?;
         let healthy = wait_healthy(&client, &mut child).await;
         self.first_serve.get_or_insert(child.id());
         self.children.push(child);
