@@ -1,6 +1,7 @@
 //! A small client of the REST API for the CLI's client commands (`submit`, `runs`, `show`, `logs`, …).
 
 use anyhow::{Context, bail};
+use cairn_orchestrator::secret::{ExposeSecret, SecretString};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -8,13 +9,13 @@ use serde_json::Value;
 #[derive(Debug, Clone)]
 pub struct Client {
     base: String,
-    token: Option<String>,
+    token: Option<SecretString>,
     http: reqwest::Client,
 }
 
 impl Client {
     /// A client of `base` (e.g. `http://127.0.0.1:7400`).
-    pub fn new(base: &str, token: Option<String>) -> anyhow::Result<Self> {
+    pub fn new(base: &str, token: Option<SecretString>) -> anyhow::Result<Self> {
         cairn_workers::actions::install_crypto_provider();
         let http = reqwest::Client::builder().build().context("building the HTTP client")?;
         Ok(Self { base: base.trim_end_matches('/').to_owned(), token, http })
@@ -25,7 +26,7 @@ impl Client {
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url);
         if let Some(token) = &self.token {
-            req = req.bearer_auth(token);
+            req = req.bearer_auth(token.expose_secret());
         }
         if let Some(body) = body {
             req = req.json(body);

@@ -85,13 +85,13 @@ pub fn actions_from_env() -> ActionsConfig {
         config.notify.file_path = path.into();
     }
     if let Some(url) = var("CAIRN_NOTIFY_WEBHOOK") {
-        config.notify.webhook_url = Some(url);
+        config.notify.webhook_url = Some(url.into());
     }
     if let Some(url) = var("OPENAI_BASE_URL") {
         config.llm.base_url = url;
     }
     if let Some(key) = var("OPENAI_API_KEY") {
-        config.llm.api_key = Some(key);
+        config.llm.api_key = Some(key.into());
     }
     if let Some(model) = var("CAIRN_LLM_MODEL") {
         config.llm.model = model;

@@ -24,7 +24,7 @@ mod signal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use cairn_workers::telemetry;
+use cairn_telemetry as telemetry;
 use clap::{Parser, Subcommand};
 use settings::Settings;
 
@@ -137,7 +137,7 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// Human-readable logs by default (warnings and up unless RUST_LOG says otherwise), JSON lines with --log-json;
-/// spans exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (see `cairn_workers::telemetry`).
+/// spans exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (see `cairn_telemetry`).
 fn init_logging(json: bool, service_name: &str) -> anyhow::Result<telemetry::TelemetryGuard> {
     let config = telemetry::TelemetryConfig::from_env(json, service_name)?;
     Ok(telemetry::init(config)?)

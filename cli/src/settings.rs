@@ -1,6 +1,7 @@
 //! Configuration, loaded once in `main`: defaults, then an optional TOML file (`--config FILE`, else
 //! `./cairn.toml` when present), then `CAIRN_*` environment variables (`__` nests), then command-line flags.
-//! Secrets (tokens) never appear in `Debug` output or logs.
+//! Secrets (the tokens, the database URL's password) have types that never print them in `Debug` output or logs;
+//! they are not serialised either (only the defaults are, and those hold no secret).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -10,17 +11,20 @@ use anyhow::Context;
 use cairn_orchestrator::api::ApiConfig;
 use cairn_orchestrator::grpc::GrpcLimits;
 use cairn_orchestrator::http_server::HttpLimits;
+use cairn_orchestrator::secret::{DatabaseUrl, SecretString};
 use cairn_workers::actions::address::{AddressPolicy, AllowedHost};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// Every setting, with its default.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Settings {
-    /// Database URL: `sqlite:PATH` (default `sqlite:cairn.db`) or `postgres://…`.
-    pub db: String,
+    /// Database URL: `sqlite:PATH` (default `sqlite:cairn.db`) or `postgres://…`. Not serialised: a missing
+    /// value falls back to the default through `#[serde(default)]`.
+    #[serde(skip_serializing)]
+    pub db: DatabaseUrl,
     /// REST API listen address (default 127.0.0.1:7400).
     pub http: SocketAddr,
     /// Worker protocol listen address (default 127.0.0.1:7401).
@@ -28,9 +32,11 @@ pub struct Settings {
     /// REST API URL client commands talk to (`--server`, `CAIRN_SERVER`).
     pub server: Option<String>,
     /// Bearer token of the REST API (`CAIRN_API_TOKEN`); required by `serve`.
-    pub api_token: Option<String>,
+    #[serde(skip_serializing)]
+    pub api_token: Option<SecretString>,
     /// Token workers present (`CAIRN_WORKER_TOKEN`); required by `serve`.
-    pub worker_token: Option<String>,
+    #[serde(skip_serializing)]
+    pub worker_token: Option<SecretString>,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
     /// Lease lifetime without a heartbeat (liveness timeout), in milliseconds.
@@ -102,25 +108,12 @@ fn host_list<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<AllowedHo
         .collect()
 }
 
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settings")
-            .field("db", &cairn_orchestrator::server::redact(&self.db))
-            .field("http", &self.http)
-            .field("grpc", &self.grpc)
-            .field("server", &self.server)
-            .field("api_token", &self.api_token.as_ref().map(|_| "***"))
-            .field("worker_token", &self.worker_token.as_ref().map(|_| "***"))
-            .finish_non_exhaustive()
-    }
-}
-
 impl Default for Settings {
     fn default() -> Self {
         // The limits' defaults are the orchestrator's, written once there.
         let (api, http, grpc) = (ApiConfig::default(), HttpLimits::default(), GrpcLimits::default());
         Self {
-            db: "sqlite:cairn.db".into(),
+            db: DatabaseUrl::new("sqlite:cairn.db"),
             http: SocketAddr::from(([127, 0, 0, 1], 7400)),
             grpc: SocketAddr::from(([127, 0, 0, 1], 7401)),
             server: None,
@@ -276,6 +269,8 @@ impl Settings {
 // `figment::Jail` fixes the closures' error type (`figment::Error`, large).
 #[allow(clippy::result_large_err)]
 mod tests {
+    use cairn_orchestrator::secret::ExposeSecret;
+
     use super::*;
 
     /// `figment::Jail` runs each closure in a scratch working directory with its own environment, one at a time.
@@ -339,6 +334,35 @@ mod tests {
             Ok(())
         });
         loaded.expect("the jail ran")
+    }
+
+    #[test]
+    fn the_database_password_and_the_tokens_never_appear_in_debug_output() {
+        load_in_jail(|jail| {
+            jail.set_env("CAIRN_DB", "postgres://cairn:db-pw-9a41@db.internal:5432/cairn");
+            jail.set_env("CAIRN_API_TOKEN", "api-token-60c2");
+            jail.set_env("CAIRN_WORKER_TOKEN", "worker-token-e17d");
+            let settings = Settings::load(None).expect("the environment loads");
+
+            let printed = format!("{settings:?}");
+
+            for secret in ["db-pw-9a41", "api-token-60c2", "worker-token-e17d"] {
+                assert!(!printed.contains(secret), "`{secret}` is printed: {printed}");
+            }
+            assert!(printed.contains("postgres://cairn:***@db.internal:5432/cairn"), "which database: {printed}");
+            assert_eq!(settings.api_token.as_ref().map(ExposeSecret::expose_secret), Some("api-token-60c2"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_database_defaults_to_the_local_sqlite_file() {
+        load_in_jail(|_| {
+            let settings = Settings::load(None).expect("defaults load");
+            assert_eq!(settings.db.expose_secret(), "sqlite:cairn.db", "unserialised, yet defaulted");
+            assert!(settings.api_token.is_none() && settings.worker_token.is_none());
+            Ok(())
+        });
     }
 
     #[test]

@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status};
 use crate::auth::Api;
 use crate::engine::Engine;
 use crate::replies::HandedReplies;
+use crate::secret::{ExposeSecret, SecretString};
 
 mod completions;
 mod limits;
@@ -45,17 +46,24 @@ pub type AuthenticatedService = InterceptedService<WorkerServiceServer<WorkerGrp
 impl WorkerGrpc {
     /// The service, requiring `Bearer <token>` when `token` is set, with the default message size limit
     /// ([`GrpcLimits::default`]).
-    pub fn service(engine: Engine, token: Option<String>) -> AuthenticatedService {
+    pub fn service(engine: Engine, token: Option<SecretString>) -> AuthenticatedService {
         Self::service_with_limit(engine, token, GrpcLimits::default().max_message_bytes)
     }
 
     /// As [`WorkerGrpc::service`], decoding and encoding messages of at most `max_message_bytes`.
-    pub fn service_with_limit(engine: Engine, token: Option<String>, max_message_bytes: usize) -> AuthenticatedService {
+    pub fn service_with_limit(
+        engine: Engine,
+        token: Option<SecretString>,
+        max_message_bytes: usize,
+    ) -> AuthenticatedService {
         let failures = engine.metrics().auth_failures(Api::Grpc);
         let server = WorkerServiceServer::new(WorkerGrpc { engine, replies: Arc::default() })
             .max_decoding_message_size(max_message_bytes)
             .max_encoding_message_size(max_message_bytes);
-        InterceptedService::new(server, TokenCheck { expected: token.map(|t| format!("Bearer {t}")), failures })
+        InterceptedService::new(
+            server,
+            TokenCheck { expected: token.map(|t| format!("Bearer {}", t.expose_secret()).into()), failures },
+        )
     }
 }
 
@@ -67,7 +75,7 @@ pub struct CallPath(pub axum::http::uri::PathAndQuery);
 /// Checks the `authorization` metadata against the configured worker token.
 #[derive(Clone)]
 pub struct TokenCheck {
-    expected: Option<String>,
+    expected: Option<SecretString>,
     /// `cairn_auth_failures_total{api="grpc"}`.
     failures: prometheus::IntCounter,
 }
@@ -83,7 +91,7 @@ impl tonic::service::Interceptor for TokenCheck {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         let Some(expected) = &self.expected else { return Ok(request) };
         match request.metadata().get("authorization").and_then(|v| v.to_str().ok()) {
-            Some(given) if given == expected => Ok(request),
+            Some(given) if given == expected.expose_secret() => Ok(request),
             _ => {
                 let method = request.extensions().get::<CallPath>().map_or("unknown", |p| p.0.path());
                 crate::auth::login_failed(Api::Grpc, &self.failures, request.remote_addr(), method);
@@ -164,7 +172,7 @@ fn attempt(c: Claimed, now_ms: i64) -> Attempt {
 /// across restarts) and the orchestrator's attempt span (its id derived from the attempt), so the worker's span
 /// is a child of the orchestrator's.
 pub fn traceparent(lease: &Lease) -> String {
-    cairn_workers::telemetry::attempt_traceparent(&lease.run_id, &lease.step_id, lease.attempt)
+    cairn_telemetry::attempt_traceparent(&lease.run_id, &lease.step_id, lease.attempt)
 }
 
 fn outcome(report: Report) -> ReportResponse {

@@ -18,6 +18,7 @@
 //! - [`scheduler`]: cron schedules (definitions, the tick pass) and the loop driving every durable wait.
 //! - [`waits`]: approval decisions and timeouts, external events and `event.wait` steps.
 //! - [`config`]: engine settings with units in their types.
+//! - [`secret`]: the types of secrets in configuration (tokens, the database URL), which `Debug` never prints.
 //! - [`clock`]: the system clock (tests inject `cairn_core::clock::ManualClock`).
 //! - [`metrics`]: the Prometheus metrics at `/metrics` (database figures read per scrape, in-process histograms).
 //! - `trace`: the run's root span and the attempt spans (claim to report) in the run's trace.
@@ -36,6 +37,7 @@ pub mod planner;
 pub mod reaper;
 pub mod replies;
 pub mod scheduler;
+pub mod secret;
 pub mod server;
 pub mod submit;
 mod trace;

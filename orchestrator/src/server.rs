@@ -20,12 +20,13 @@ use crate::config::EngineConfig;
 use crate::engine::Engine;
 use crate::grpc::{CallPath, GrpcLimits, WorkerGrpc};
 use crate::http_server::{self, HttpLimits};
+use crate::secret::{DatabaseUrl, ExposeSecret, SecretString};
 
 /// Everything an orchestrator process needs.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// `sqlite:PATH` or `postgres://…`.
-    pub db_url: String,
+    /// `sqlite:PATH` or `postgres://…`; `Debug` masks its password.
+    pub db_url: DatabaseUrl,
     /// PostgreSQL's answer deadline ([`Store::connect_with`]); default [`cairn_store::DEFAULT_ANSWER_DEADLINE`].
     pub db_answer_deadline: std::time::Duration,
     /// REST API listen address.
@@ -38,8 +39,8 @@ pub struct ServerConfig {
     pub http: HttpLimits,
     /// The worker protocol's limits (message size, streams per connection, connection cap).
     pub grpc: GrpcLimits,
-    /// Token workers must present; `None` only in `cairn dev`.
-    pub worker_token: Option<String>,
+    /// Token workers must present; `None` only in `cairn dev`. `Debug` prints `[REDACTED]`.
+    pub worker_token: Option<SecretString>,
     /// Engine settings.
     pub engine: EngineConfig,
     /// How long [`Server::shutdown`] lets requests in flight (reports, submissions) finish. Default 10 s.
@@ -94,9 +95,9 @@ impl Server {
     }
 
     async fn connect(config: &ServerConfig) -> anyhow::Result<Store> {
-        Store::connect_with(&config.db_url, config.db_answer_deadline)
+        Store::connect_with(config.db_url.expose_secret(), config.db_answer_deadline)
             .await
-            .with_context(|| format!("opening {}", redact(&config.db_url)))
+            .with_context(|| format!("opening {}", config.db_url))
     }
 
     async fn start_on(
@@ -226,16 +227,30 @@ fn with_call_path<B>(mut request: axum::http::Request<B>) -> axum::http::Request
     request
 }
 
-/// A database URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}://{user}:***@{}", &url[..scheme], &url[at + 1..]),
-                None => url.to_owned(),
-            }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn neither_the_database_password_nor_a_token_appears_in_debug_output() {
+        let config = ServerConfig {
+            db_url: "postgres://cairn:db-pw-31f4@db.internal:5432/cairn".into(),
+            db_answer_deadline: cairn_store::DEFAULT_ANSWER_DEADLINE,
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 7400)),
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 7401)),
+            api: ApiConfig { token: Some("api-token-5d2a".into()), ..ApiConfig::default() },
+            http: HttpLimits::default(),
+            grpc: GrpcLimits::default(),
+            worker_token: Some("worker-token-8e0b".into()),
+            engine: EngineConfig::default(),
+            shutdown_grace: std::time::Duration::from_secs(10),
+        };
+
+        let printed = format!("{config:?}");
+
+        for secret in ["db-pw-31f4", "api-token-5d2a", "worker-token-8e0b"] {
+            assert!(!printed.contains(secret), "`{secret}` is printed: {printed}");
         }
-        _ => url.to_owned(),
+        assert!(printed.contains("postgres://cairn:***@db.internal:5432/cairn"), "which database shows: {printed}");
     }
 }

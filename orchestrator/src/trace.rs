@@ -1,5 +1,5 @@
 //! The orchestrator's spans of a run: one root span when the run is submitted, and one span per step attempt
-//! from its claim to its report, all in the run's trace (see `cairn_workers::telemetry`).
+//! from its claim to its report, all in the run's trace (see `cairn_telemetry`).
 //!
 //! An attempt span lives in memory between two worker calls (poll, then complete or fail), keyed by lease.
 //! Its id is derived from the attempt, which is also what the attempt's `traceparent` names, so the worker's
@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use cairn_store::{Claimed, Lease};
-use cairn_workers::telemetry;
+use cairn_telemetry as telemetry;
 use tracing::Span;
 use tracing::field::Empty;
 

@@ -12,11 +12,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use cairn_core::catalog::{StaticCatalog, builtin_specs};
 use cairn_core::validate::Limits;
+use cairn_llm::LlmConfig;
 use cairn_orchestrator::api::ApiConfig;
 use cairn_orchestrator::clock::SystemClock;
 use cairn_orchestrator::planner::{DraftRequest, Drafted, Planner, PlannerError};
 use cairn_orchestrator::server::{Server, ServerConfig};
-use cairn_workers::actions::llm::LlmConfig;
 use serde_json::{Value, json};
 
 const REQUEST: &str = "如果明天武汉下雨，早上 8 点提醒我带伞";
@@ -277,7 +277,7 @@ async fn endpoint_failures_are_planner_errors() {
 
 /// An orchestrator on an in-memory database serving `planner`.
 async fn server(planner: Option<Planner>) -> Server {
-    cairn_workers::actions::install_crypto_provider();
+    cairn_llm::install_crypto_provider();
     let local = SocketAddr::from(([127, 0, 0, 1], 0));
     let config = ServerConfig {
         db_url: "sqlite::memory:".into(),

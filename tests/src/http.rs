@@ -135,14 +135,14 @@ impl HttpApp {
         cairn_workers::actions::install_crypto_provider();
         let db_url = database_url(backend).await;
         let local = SocketAddr::from(([127, 0, 0, 1], 0));
-        let mut api = ApiConfig { token: options.token.clone(), ..ApiConfig::default() };
+        let mut api = ApiConfig { token: options.token.clone().map(Into::into), ..ApiConfig::default() };
         if let Some(limit) = options.max_body_bytes {
             api.max_body_bytes = limit;
         }
         api.body_read_timeout = options.body_read_timeout.unwrap_or(api.body_read_timeout);
         api.max_sse_subscribers = options.max_sse_subscribers.unwrap_or(api.max_sse_subscribers);
         let config = ServerConfig {
-            db_url: db_url.clone(),
+            db_url: db_url.as_str().into(),
             db_answer_deadline: cairn_store::DEFAULT_ANSWER_DEADLINE,
             http_addr: local,
             grpc_addr: local,

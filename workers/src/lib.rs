@@ -11,8 +11,9 @@
 //! - [`runtime`]: the worker process on apalis — registers actions, long-polls attempts for free slots, runs
 //!   them under tower layers (concurrency, tracing, panic capture, deadline), heartbeats, reports with retries,
 //!   drains on shutdown ([`runtime::run`], [`runtime::WorkerConfig`]).
-//! - [`telemetry`]: logs, spans and OTLP export for every Cairn process, and the run-derived trace ids that make
-//!   one run one trace across the orchestrator, the workers and the services actions call.
+//!
+//! Logs, spans and the run's trace across processes are `cairn-telemetry`'s; the OpenAI-compatible client behind
+//! `llm.chat` is `cairn-llm`'s, shared with the orchestrator's planner.
 //!
 //! **Writing a worker of your own**: everything it touches is in [`prelude`] (`use cairn_workers::prelude::*`):
 //! implement [`action::Action`] for a type (its typed args and output with JSON Schemas from `schemars`, its
@@ -23,16 +24,16 @@ pub mod action;
 pub mod actions;
 pub mod context;
 pub mod runtime;
-pub mod telemetry;
 
 /// The public API of a worker of your own, in one import: the [`Action`](action::Action) trait and its
 /// outcomes, the attempt's [`ActionContext`](context::ActionContext), the runtime's [`run`](runtime::run) and
-/// [`WorkerConfig`](runtime::WorkerConfig), logging set-up ([`telemetry::init`]), and the types they take.
+/// [`WorkerConfig`](runtime::WorkerConfig), logging set-up ([`cairn_telemetry::init`]), and the types they take.
 pub mod prelude {
     pub use crate::action::{Action, ActionError, DynAction};
     pub use crate::context::ActionContext;
     pub use crate::runtime::{WorkerConfig, default_worker_id, run};
-    pub use crate::telemetry::{TelemetryConfig, TelemetryGuard, init as init_telemetry};
     pub use cairn_core::catalog::Effect;
     pub use cairn_core::failure::codes;
+    pub use cairn_telemetry::{TelemetryConfig, TelemetryGuard, init as init_telemetry};
+    pub use secrecy::SecretString;
 }

@@ -44,7 +44,7 @@ fn config(name: &str, webhook_url: Option<String>) -> (NotifyConfig, tempfile::T
     let dir = support::scratch_dir(name);
     let config = NotifyConfig {
         file_path: dir.path().join("out/notifications.jsonl"),
-        webhook_url,
+        webhook_url: webhook_url.map(Into::into),
         dedup_dir: dir.path().join("ledger"),
     };
     (config, dir)
@@ -139,6 +139,21 @@ async fn a_webhook_that_cannot_be_reached_did_not_take_effect() {
     let err =
         notify.run(args(json!({"text": "hi", "channels": ["webhook"]})), &attempt(1, None)).await.expect_err("refused");
     assert!(err.retryable && err.did_not_take_effect && !err.degraded, "{err:?}");
+}
+
+/// Chat services' webhook URLs carry their credential in the path: it is neither printed nor recorded.
+#[tokio::test]
+async fn the_webhook_url_is_a_secret_kept_out_of_debug_output_and_failures() {
+    let url = format!("http://127.0.0.1:{}/hook/T0-secret-path", support::closed_port());
+    let (settings, _dir) = config("secret-url", Some(url));
+    let printed = format!("{settings:?}");
+    assert!(!printed.contains("T0-secret-path") && printed.contains("file_path"), "{printed}");
+
+    let notify = NotifySend::new(settings);
+    let err =
+        notify.run(args(json!({"text": "hi", "channels": ["webhook"]})), &attempt(1, None)).await.expect_err("refused");
+
+    assert!(!format!("{err:?}").contains("T0-secret-path"), "the failure names no URL: {err:?}");
 }
 
 #[tokio::test]

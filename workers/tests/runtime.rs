@@ -124,7 +124,7 @@ async fn a_wrong_or_missing_token_is_refused() {
     let orch = Orchestrator::start(engine_config()).await;
     for token in [Some("not-the-token".to_owned()), None] {
         let mut config = worker_config(&orch, "w-token", vec![Arc::new(Echo)]);
-        config.token = token.clone();
+        config.token = token.clone().map(Into::into);
         let outcome = RunningWorker::spawn(config).finished(LIMIT).await;
         assert!(
             matches!(&outcome, Err(RuntimeError::Rejected(status)) if status.code() == tonic::Code::Unauthenticated),

@@ -35,7 +35,7 @@ pub struct Args {
     json: bool,
     /// Embedded mode: database (default `sqlite:cairn.db`).
     #[arg(long)]
-    db: Option<String>,
+    db: Option<cairn_orchestrator::secret::DatabaseUrl>,
     /// Embedded mode: answer `weather.forecast` from a local fixture (offline demo).
     #[arg(long)]
     demo: bool,

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use cairn_orchestrator::api::ApiConfig;
+use cairn_orchestrator::secret::DatabaseUrl;
 use cairn_orchestrator::server::{Server, ServerConfig};
 
 use crate::embedded;
@@ -15,7 +16,7 @@ use crate::settings::Settings;
 pub struct Args {
     /// Database: `sqlite:PATH` or `postgres://…` (default `sqlite:cairn.db`; `CAIRN_DB`).
     #[arg(long)]
-    db: Option<String>,
+    db: Option<DatabaseUrl>,
     /// REST API address (default 127.0.0.1:7400; `CAIRN_HTTP`).
     #[arg(long)]
     http: Option<SocketAddr>,

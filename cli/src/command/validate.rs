@@ -79,7 +79,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 /// The actions to validate against: the built-ins, or a server's or a file's catalog.
 fn catalog(args: &Args) -> anyhow::Result<StaticCatalog> {
     let listed = if let Some(server) = &args.server {
-        let token = std::env::var("CAIRN_API_TOKEN").ok().filter(|t| !t.is_empty());
+        let token = std::env::var("CAIRN_API_TOKEN").ok().filter(|t| !t.is_empty()).map(Into::into);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         runtime.block_on(async { crate::client::Client::new(server, token)?.get("/v1/actions").await })?
     } else if let Some(file) = &args.catalog {

@@ -25,6 +25,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use cairn_orchestrator::secret::SecretString;
 use cairn_workers::actions::registry;
 use cairn_workers::runtime::{self, WorkerConfig};
 
@@ -38,8 +39,8 @@ pub struct Args {
     #[arg(long)]
     server: String,
     /// Worker token (default: `CAIRN_WORKER_TOKEN`).
-    #[arg(long)]
-    token: Option<String>,
+    #[arg(long, value_parser = secret)]
+    token: Option<SecretString>,
     /// Most attempts run at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -52,6 +53,11 @@ pub struct Args {
     /// On shutdown, how long attempts in flight may still run, in seconds.
     #[arg(long, default_value_t = 30)]
     drain_timeout_secs: u64,
+}
+
+/// `--token` is held as a secret from parsing on, so the arguments' `Debug` never shows it.
+fn secret(token: &str) -> Result<SecretString, std::convert::Infallible> {
+    Ok(token.into())
 }
 
 /// Runs the worker until SIGTERM or ctrl-c.

@@ -93,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
     let _telemetry = init_telemetry(telemetry)?;
     let url = std::env::var("CAIRN_WORKER_URL").unwrap_or_else(|_| "http://127.0.0.1:7401".into());
     let mut config = WorkerConfig::new(url, vec![std::sync::Arc::new(Export)]);
-    config.token = std::env::var("CAIRN_WORKER_TOKEN").ok();
+    config.token = std::env::var("CAIRN_WORKER_TOKEN").ok().map(Into::into);
     config.concurrency = 4;
     tracing::info!(server = %config.server, actions = ?["crm.export"], "worker starting");
     // Runs until SIGTERM (Docker, systemd) or ctrl-c; attempts in flight may finish (up to `drain_timeout`) and

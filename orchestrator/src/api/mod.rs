@@ -42,13 +42,15 @@ use tokio::sync::Semaphore;
 use crate::auth::Api;
 use crate::engine::Engine;
 use crate::planner::Planner;
+use crate::secret::{ExposeSecret, SecretString};
 use error::ApiError;
 
 /// API settings.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
-    /// Bearer token required on `/v1` routes; `None` disables auth (only `cairn dev`).
-    pub token: Option<String>,
+    /// Bearer token required on `/v1` routes; `None` disables auth (only `cairn dev`). `Debug` prints
+    /// `[REDACTED]`.
+    pub token: Option<SecretString>,
     /// Largest accepted request body, in bytes (default 8 MiB).
     pub max_body_bytes: usize,
     /// Longest a request body may take to arrive, counted from the end of its head; past it the request is
@@ -78,7 +80,7 @@ impl Default for ApiConfig {
 pub struct AppState {
     /// The engine.
     pub engine: Engine,
-    token: Option<String>,
+    token: Option<SecretString>,
     planner: Option<Arc<Planner>>,
     /// One permit per live event stream that may be open ([`ApiConfig::max_sse_subscribers`]).
     subscribers: Arc<Semaphore>,
@@ -144,7 +146,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if let Some(token) = &state.token {
         let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if given.and_then(|g| g.strip_prefix("Bearer ")) != Some(token.as_str()) {
+        if given.and_then(|g| g.strip_prefix("Bearer ")) != Some(token.expose_secret()) {
             let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
             let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
             let route = format!("{} {route}", request.method());
@@ -155,4 +157,19 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         }
     }
     next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_token_never_appears_in_debug_output() {
+        let config = ApiConfig { token: Some("api-token-7c1e9b".into()), ..ApiConfig::default() };
+
+        let printed = format!("{config:?}");
+
+        assert!(!printed.contains("api-token-7c1e9b"), "the token is redacted: {printed}");
+        assert!(printed.contains("max_body_bytes"), "the other settings show: {printed}");
+    }
 }

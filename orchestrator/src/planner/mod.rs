@@ -10,22 +10,19 @@
 //! - [`repair`]: one round's check of the model's output: size cap, strict parse, `context` overwrite,
 //!   validation (grounding included, also through `$input`), and the feedback for the next round.
 //!
-//! The client is the one `llm.chat` uses ([`cairn_workers::actions::llm::openai_client`]), built from the same
-//! [`LlmConfig`]. The planner only drafts: it never submits or executes anything; callers decide.
+//! The client is `cairn-llm`'s, the one `llm.chat` uses, built from the same [`LlmConfig`]. The planner only drafts: it never submits or executes anything; callers decide.
 
 pub mod prompt;
 pub mod repair;
 
 use std::time::Duration;
 
-use async_openai::Client;
-use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::types::chat::CreateChatCompletionRequest;
 use cairn_core::catalog::{ActionCatalog, ActionSpec};
 use cairn_core::diagnostic::Diagnostic;
 use cairn_core::validate::Limits;
-use cairn_workers::actions::llm::{LlmConfig, openai_client};
+use cairn_llm::{LlmConfig, OpenAiClient};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -44,7 +41,7 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Drafts plans through one chat completions endpoint.
 pub struct Planner {
-    client: Client<OpenAIConfig>,
+    client: OpenAiClient,
     model: String,
     max_rounds: usize,
     limits: Limits,
@@ -124,7 +121,7 @@ impl Planner {
     /// # Errors
     /// [`PlannerError::Client`] when the HTTP client cannot be built.
     pub fn new(config: &LlmConfig, limits: Limits) -> Result<Self, PlannerError> {
-        let client = openai_client(config).map_err(|e| PlannerError::Client(e.to_string()))?;
+        let client = cairn_llm::client(config).map_err(|e| PlannerError::Client(e.to_string()))?;
         Ok(Self {
             client,
             model: config.model.clone(),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use cairn_core::catalog::Effect;
 use cairn_core::failure::codes;
+use cairn_telemetry as telemetry;
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use reqwest::{Method, Url};
 use schemars::JsonSchema;
@@ -17,7 +18,6 @@ use super::address::{self, AddressPolicy};
 use super::transport::{self, Client, Exchange};
 use crate::action::{Action, ActionError};
 use crate::context::ActionContext;
-use crate::telemetry;
 
 /// Largest response body kept, in bytes (10 MiB); past it the attempt fails with `output_too_large`.
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;

@@ -1,16 +1,17 @@
 //! `llm.chat`: one chat completion against any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, a local
-//! mock), through async-openai. Retries are the orchestrator's job: the client's own retry layer is removed so
-//! a 429 or 5xx is reported at once instead of being retried inside the attempt.
+//! mock), through the client of `cairn-llm` (shared with the orchestrator's planner). Retries are the
+//! orchestrator's job: the client does not retry, so a 429 or 5xx is reported at once instead of being retried
+//! inside the attempt.
 
-use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
-use async_openai::middleware::ReqwestService;
 use async_openai::types::chat::{
     ChatCompletionRequestMessage, ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
     CreateChatCompletionRequest,
 };
 use cairn_core::catalog::Effect;
 use cairn_core::failure::codes;
+pub use cairn_llm::LlmConfig;
+use cairn_llm::OpenAiClient;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,35 +19,6 @@ use serde_json::Value;
 use super::transport::{self, Exchange};
 use crate::action::{Action, ActionError};
 use crate::context::ActionContext;
-
-/// Configuration of `llm.chat`.
-#[derive(Clone, Deserialize)]
-#[serde(default)]
-pub struct LlmConfig {
-    /// API base including the version, like `OPENAI_BASE_URL`: requests go to `{base_url}/chat/completions`.
-    /// Default `https://api.openai.com/v1`.
-    pub base_url: String,
-    /// Bearer token; `None` sends none (local servers). Never printed by `Debug`.
-    pub api_key: Option<String>,
-    /// Model used when the args name none. Default `gpt-4o-mini`.
-    pub model: String,
-}
-
-impl Default for LlmConfig {
-    fn default() -> Self {
-        Self { base_url: "https://api.openai.com/v1".into(), api_key: None, model: "gpt-4o-mini".into() }
-    }
-}
-
-impl std::fmt::Debug for LlmConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlmConfig")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("model", &self.model)
-            .finish()
-    }
-}
 
 /// Args of `llm.chat`: `prompt`, `messages`, or both (the prompt is appended as the last user message).
 /// Unknown fields are ignored, as the catalog schema allows them.
@@ -102,32 +74,20 @@ pub struct LlmOutput {
 #[derive(Debug)]
 pub struct LlmChat {
     model: String,
-    client: Result<async_openai::Client<OpenAIConfig>, String>,
+    client: Result<OpenAiClient, String>,
 }
 
 impl LlmChat {
     /// An `llm.chat` talking to `config.base_url`.
     pub fn new(config: LlmConfig) -> Self {
-        let client = openai_client(&config).map_err(|e| e.to_string());
+        // The workers' HTTP stack, not `cairn_llm::client`'s: its redirect policy records what `send_error`
+        // needs to tell a request that was never sent from one that may have been.
+        let client = transport::builder(None)
+            .build()
+            .map(|http| cairn_llm::client_over(&config, http))
+            .map_err(|e| e.to_string());
         Self { model: config.model, client }
     }
-}
-
-/// The async-openai client for `config`: `llm.chat` and the orchestrator's planner both build theirs here, so
-/// one configuration (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `CAIRN_LLM_MODEL`) means one behaviour. The client
-/// does not retry on its own (see the module docs); installs the crypto provider first.
-///
-/// # Errors
-/// The HTTP client cannot be built (no TLS backend); not retryable.
-pub fn openai_client(config: &LlmConfig) -> Result<async_openai::Client<OpenAIConfig>, reqwest::Error> {
-    let http = transport::builder(None).build()?;
-    let openai = OpenAIConfig::new()
-        .with_api_base(config.base_url.trim_end_matches('/'))
-        .with_api_key(config.api_key.clone().unwrap_or_default())
-        .with_org_id("")
-        .with_project_id("");
-    // `build` installs a retrying executor; the plain service replaces it (see the module docs).
-    Ok(async_openai::Client::build(http.clone(), openai).with_http_service(ReqwestService::new(http)))
 }
 
 fn invalid(message: String) -> ActionError {

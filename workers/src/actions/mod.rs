@@ -58,13 +58,8 @@ pub struct ActionsConfig {
     pub llm: LlmConfig,
 }
 
-/// Installs rustls' `ring` crypto provider as the process default, once. Every reqwest or async-openai client
-/// needs a provider (the workspace builds them with `rustls-no-provider`); calling this again, or after someone
-/// else installed a provider, does nothing.
-pub fn install_crypto_provider() {
-    // `Err` only means a provider is already installed, which is what we want.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+/// The actions' HTTP clients need the crypto provider the planner's does; one definition, in `cairn-llm`.
+pub use cairn_llm::install_crypto_provider;
 
 /// Every built-in action, configured from `config`, ready to register with the worker runtime.
 ///

@@ -15,6 +15,7 @@ use cairn_core::catalog::Effect;
 use cairn_core::failure::codes;
 use cairn_core::machine::is_ambiguous;
 use schemars::JsonSchema;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt;
@@ -32,8 +33,9 @@ pub struct NotifyConfig {
     /// Where the `file` channel appends (parent directories are created). Default
     /// `<temp dir>/cairn/notifications.jsonl`.
     pub file_path: PathBuf,
-    /// Where the `webhook` channel posts; `None` leaves the channel unconfigured.
-    pub webhook_url: Option<String>,
+    /// Where the `webhook` channel posts; `None` leaves the channel unconfigured. A secret: chat services'
+    /// incoming-webhook URLs carry their credential in the path, so `Debug` prints `[REDACTED]`.
+    pub webhook_url: Option<SecretString>,
     /// Directory of the per-key delivery ledger. Default `<temp dir>/cairn/notify-ledger`. Share it between
     /// workers on one host; across hosts the checkpoint (below) still prevents most re-sends.
     pub dedup_dir: PathBuf,
@@ -166,7 +168,7 @@ impl NotifySend {
 
     async fn post_webhook(&self, payload: &Value, ctx: &ActionContext) -> ChannelResult {
         const WHAT: &str = "webhook";
-        let url = self.config.webhook_url.as_deref().unwrap_or_default();
+        let url = self.config.webhook_url.as_ref().map(ExposeSecret::expose_secret).unwrap_or_default();
         let request = match self.client.get() {
             Ok(client) => client.post(url).header("Idempotency-Key", &ctx.idempotency_key).json(payload),
             Err(e) => return Ok(Err(e)),
@@ -176,7 +178,8 @@ impl NotifySend {
             transport::race(ctx, transport::exchange(request.timeout(ctx.remaining()).send())).await?;
         let response = match sent {
             Ok(response) => response,
-            Err(e) => return Ok(Err(transport::send_error(WHAT, &e, exchange))),
+            // reqwest names the URL in its message, which would put the secret into the failure record.
+            Err(e) => return Ok(Err(transport::send_error(WHAT, &e.without_url(), exchange))),
         };
         let (status, headers) = (response.status(), response.headers().clone());
         if status.is_success() {

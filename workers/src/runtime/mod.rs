@@ -57,6 +57,7 @@ use backon::{ExponentialBuilder, Retryable};
 use cairn_proto::v1 as pb;
 use futures::sink::Drain;
 use futures::stream::BoxStream;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -97,8 +98,8 @@ pub enum RuntimeError {
 pub struct WorkerConfig {
     /// The orchestrator's gRPC address, `http://HOST:PORT`.
     pub server: String,
-    /// The shared worker token, sent as `authorization: Bearer <token>`. Never printed by `Debug`.
-    pub token: Option<String>,
+    /// The shared worker token, sent as `authorization: Bearer <token>`. `Debug` prints `[REDACTED]`.
+    pub token: Option<SecretString>,
     /// This worker's id, unique among the workers of one orchestrator (it is recorded on every attempt).
     pub worker_id: String,
     /// Most attempts run at once. Default 4.
@@ -117,7 +118,7 @@ impl std::fmt::Debug for WorkerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerConfig")
             .field("server", &self.server)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token", &self.token)
             .field("worker_id", &self.worker_id)
             .field("concurrency", &self.concurrency)
             .field("actions", &self.actions.iter().map(|a| a.spec().name).collect::<Vec<_>>())
@@ -206,7 +207,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RuntimeError> {
     let actions = Arc::new(config.validate()?);
-    let client = OrchestratorClient::new(&config.server, config.token.as_deref(), &config.worker_id)?;
+    let client = OrchestratorClient::new(
+        &config.server,
+        config.token.as_ref().map(ExposeSecret::expose_secret),
+        &config.worker_id,
+    )?;
     let descriptors: Vec<pb::ActionDescriptor> = config.actions.iter().map(|a| descriptor(a.spec())).collect();
     let mut shutdown = Box::pin(shutdown);
     let registered = tokio::select! {
@@ -331,7 +336,7 @@ fn attempt_span(task: &Task<AttemptJob>) -> Span {
         traceparent = %job.traceparent,
     );
     // A child of the orchestrator's attempt span, so the attempt joins its run's trace.
-    crate::telemetry::set_remote_parent(&span, &job.traceparent);
+    cairn_telemetry::set_remote_parent(&span, &job.traceparent);
     span
 }
 
@@ -345,4 +350,20 @@ fn attempt_succeeded(_output: &Value, took: Duration, span: &Span) {
 
 fn attempt_failed(error: &BoxDynError, took: Duration, span: &Span) {
     tracing::warn!(parent: span, took_ms = took.as_millis(), error = %error, "attempt failed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worker_token_never_appears_in_debug_output() {
+        let mut config = WorkerConfig::new("http://127.0.0.1:7401", Vec::new());
+        config.token = Some("worker-token-2b7f".into());
+
+        let printed = format!("{config:?}");
+
+        assert!(!printed.contains("worker-token-2b7f"), "the token is redacted: {printed}");
+        assert!(printed.contains("http://127.0.0.1:7401"), "the server shows: {printed}");
+    }
 }

@@ -159,7 +159,7 @@ fn serve(engine: Engine, listener: TcpListener) -> (oneshot::Sender<()>, JoinHan
     let (stop, stopped) = oneshot::channel::<()>();
     let handle = tokio::spawn(async move {
         tonic::transport::Server::builder()
-            .add_service(WorkerGrpc::service(engine, Some(TOKEN.to_owned())))
+            .add_service(WorkerGrpc::service(engine, Some(TOKEN.into())))
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                 let _ = stopped.await;
             })
@@ -235,7 +235,7 @@ impl Drop for RunningWorker {
 /// A worker configuration for the test orchestrator, with short waits.
 pub fn worker_config(orchestrator: &Orchestrator, id: &str, actions: Vec<Arc<dyn DynAction>>) -> WorkerConfig {
     let mut config = WorkerConfig::new(orchestrator.url(), actions);
-    config.token = Some(TOKEN.to_owned());
+    config.token = Some(TOKEN.into());
     config.worker_id = id.to_owned();
     config.concurrency = 4;
     config.poll_wait = Duration::from_millis(500);

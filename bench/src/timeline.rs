@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::client::Client;
+use crate::api::Api;
 
 /// Most events read per request.
 const PAGE: usize = 10_000;
@@ -21,10 +21,10 @@ impl Timeline {
     /// end because reading it costs the orchestrator work that the figures would include: on SQLite every read
     /// takes the one connection the steps' transactions need (following a 10,000-step run's events while it ran
     /// took 22 reads of about 6 ms each, some 5 % of its span).
-    pub(super) async fn of_finished_run(client: &Client, run_id: &str, every: Duration) -> anyhow::Result<Self> {
+    pub(super) async fn of_finished_run(api: &Api, run_id: &str, every: Duration) -> anyhow::Result<Self> {
         let deadline = Instant::now() + Duration::from_secs(600);
         loop {
-            let run = client.get(&format!("/v1/runs/{run_id}?view=summary")).await?;
+            let run = api.get(&format!("/v1/runs/{run_id}?view=summary")).await?;
             match run["status"].as_str().context("a run summary without `status`")? {
                 "succeeded" => break,
                 status @ ("failed" | "cancelled") => bail!("run {run_id} ended {status}: {}", run["failure"]),
@@ -38,7 +38,7 @@ impl Timeline {
         let mut at = HashMap::new();
         let mut after = 0_i64;
         loop {
-            let page = client.get(&format!("/v1/runs/{run_id}/events?after={after}&limit={PAGE}")).await?;
+            let page = api.get(&format!("/v1/runs/{run_id}/events?after={after}&limit={PAGE}")).await?;
             let events = page["events"].as_array().context("events answered without `events`")?;
             for e in events {
                 after = after.max(e["id"].as_i64().unwrap_or(after));

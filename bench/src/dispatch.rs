@@ -1,8 +1,9 @@
 //! `dispatch`: dispatch latency while runs keep arriving (issue 8's "10,000 independent single-step runs").
 //!
-//! 10,000 runs of one `noop` step each are submitted through the REST API by [`CLIENTS`] concurrent clients, as
-//! fast as the API accepts them or at `--rate` runs per second, while the workers run them, after
-//! [`WARMUP_RUNS`] submitted the same way and reported apart (`warmup_runs`, `warmup_dispatch_latency_ms_p99`).
+//! [`RUNS`] (or `--runs`) runs of one `noop` step each are submitted through the REST API by [`CLIENTS`]
+//! concurrent clients, as fast as the API accepts them or at `--rate` runs per second, while the workers run
+//! them, after a tenth as many submitted the same way and reported apart (`warmup_runs`,
+//! `warmup_dispatch_latency_ms_p99`).
 //! Each step is ready from its submission, so its dispatch latency, `step_started` − `step_ready`, is the time
 //! until a worker's claim took it: the figure issue 8's "dispatch latency p99 ≤ 20 ms" asks for, unless the
 //! workers fall behind the arrivals (then it also holds the wait for a free slot). `steps_per_sec` = runs / (last
@@ -15,24 +16,25 @@ use anyhow::bail;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
-use super::timeline::{Timeline, percentile, sorted};
-use super::{active_runs, noop, submit};
-use crate::client::Client;
+use crate::Size;
+use crate::api::{Api, noop};
+use crate::timeline::{Timeline, percentile, sorted};
 
-/// Runs submitted and measured.
+/// Runs submitted and measured unless `--runs` says otherwise.
 const RUNS: usize = 10_000;
-/// Runs submitted first, the same way, and reported apart: the first second after a fresh start measures
-/// connections being opened, caches filled and a new database's first pages, not dispatch (on PostgreSQL the
-/// first 0.3–0.6 s at 600 runs/s had latencies of 30–90 ms, then 1–5 ms).
-const WARMUP_RUNS: usize = 1_000;
+/// Runs submitted first, the same way, and reported apart, per run measured: the first second after a fresh
+/// start measures connections being opened, caches filled and a new database's first pages, not dispatch (on
+/// PostgreSQL the first 0.3–0.6 s at 600 runs/s had latencies of 30–90 ms, then 1–5 ms).
+const WARMUP_SHARE: usize = 10;
 /// Submissions (and, afterwards, history reads) in flight at once.
 const CLIENTS: usize = 8;
 
 /// Runs the scenario, submitting `rate` runs per second (0: as fast as the API accepts them); its figures as one
 /// JSON object.
-pub(super) async fn dispatch(client: &Client, rate: u32) -> anyhow::Result<Value> {
-    let warmup = wave(client, WARMUP_RUNS, rate).await?;
-    let measured = wave(client, RUNS, rate).await?;
+pub(super) async fn dispatch(api: &Api, size: Size, rate: u32) -> anyhow::Result<Value> {
+    let runs = size.runs_or(RUNS);
+    let warmup = wave(api, runs.div_ceil(WARMUP_SHARE), rate).await?;
+    let measured = wave(api, runs, rate).await?;
     let runs = measured.latency.len() as f64;
     Ok(json!({
         "scenario": "dispatch",
@@ -61,8 +63,8 @@ struct Wave {
 /// Submits `runs` single-step runs at `rate` per second (0: as fast as accepted), waits until they finished and
 /// reads their histories.
 #[allow(clippy::cast_precision_loss)]
-async fn wave(client: &Client, runs: usize, rate: u32) -> anyhow::Result<Wave> {
-    let active_before = active_runs(client).await?;
+async fn wave(api: &Api, runs: usize, rate: u32) -> anyhow::Result<Wave> {
+    let active_before = api.active_runs().await?;
     let started = Instant::now();
     let every = (rate > 0).then(|| Duration::from_secs_f64(1.0 / f64::from(rate)));
     let ids: Vec<(String, Instant)> = futures::stream::iter(0..runs)
@@ -72,15 +74,15 @@ async fn wave(client: &Client, runs: usize, rate: u32) -> anyhow::Result<Wave> {
                 let at = started + every.saturating_mul(u32::try_from(i).unwrap_or(u32::MAX));
                 tokio::time::sleep_until(at.into()).await;
             }
-            submit(client, "bench: dispatch", vec![noop("only", &[])]).await
+            api.submit("bench: dispatch", vec![noop("only", &[])]).await
         })
         .buffer_unordered(CLIENTS)
         .try_collect()
         .await?;
     let submit_secs = started.elapsed().as_secs_f64();
-    wait_until_finished(client, active_before).await?;
+    wait_until_finished(api, active_before).await?;
     let timelines: Vec<Timeline> = futures::stream::iter(&ids)
-        .map(|(id, _)| Timeline::of_finished_run(client, id, Duration::from_millis(100)))
+        .map(|(id, _)| Timeline::of_finished_run(api, id, Duration::from_millis(100)))
         .buffer_unordered(CLIENTS)
         .try_collect()
         .await?;
@@ -97,10 +99,10 @@ async fn wave(client: &Client, runs: usize, rate: u32) -> anyhow::Result<Wave> {
 }
 
 /// Waits until no more runs are active than before the submissions (at most 600 s).
-async fn wait_until_finished(client: &Client, active_before: f64) -> anyhow::Result<()> {
+async fn wait_until_finished(api: &Api, active_before: f64) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let active = active_runs(client).await?;
+        let active = api.active_runs().await?;
         if active <= active_before {
             return Ok(());
         }

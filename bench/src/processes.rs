@@ -7,20 +7,25 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use cairn_orchestrator::secret::{DatabaseUrl, ExposeSecret};
 use serde_json::Value;
 
-use crate::client::Client;
+use crate::api::Api;
 
 /// An orchestrator process the bench started.
 pub(super) struct Orchestrator {
     /// Its REST API, with the bench's API token.
-    pub(super) client: Client,
+    pub(super) api: Api,
     /// Its worker protocol address, `http://127.0.0.1:PORT`.
     grpc_url: String,
 }
 
 /// The spawned processes and their log directory. Kills the processes when dropped (also on error paths).
 pub(super) struct Processes {
+    /// The `cairn` executable.
+    cairn: PathBuf,
+    /// `CAIRN_MAX_STEPS` of the orchestrators.
+    max_plan_steps: usize,
     children: Vec<Child>,
     /// Pid of the first orchestrator (the one `memory` measures).
     first_serve: Option<u32>,
@@ -46,10 +51,13 @@ impl Drop for Processes {
 }
 
 impl Processes {
-    /// Creates `dir` for the logs; logs are kept unless the bench ends well ([`Processes::keep_dir`]).
-    pub(super) fn new(dir: PathBuf) -> anyhow::Result<Processes> {
+    /// Runs `cairn` with `dir` for the logs, which are kept unless the bench ends well ([`Processes::keep_dir`]);
+    /// orchestrators accept plans of up to `max_plan_steps`.
+    pub(super) fn new(cairn: PathBuf, dir: PathBuf, max_plan_steps: usize) -> anyhow::Result<Processes> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(Processes {
+            cairn,
+            max_plan_steps,
             children: Vec::new(),
             first_serve: None,
             dir,
@@ -65,22 +73,25 @@ impl Processes {
     }
 
     /// Starts orchestrator number `i` over `db` on free ports and waits until its API answers.
-    pub(super) async fn serve(&mut self, i: usize, db: &str) -> anyhow::Result<Orchestrator> {
+    pub(super) async fn serve(&mut self, i: usize, db: &DatabaseUrl) -> anyhow::Result<Orchestrator> {
         let (http, grpc) = (free_port()?, free_port()?);
         let suffix = if i == 0 { String::new() } else { format!("-{i}") };
         let mut child = self
             .command(&format!("serve{suffix}"))?
-            .args(["serve", "--db", db, "--http", &format!("127.0.0.1:{http}"), "--grpc", &format!("127.0.0.1:{grpc}")])
+            .args(["serve", "--http", &format!("127.0.0.1:{http}"), "--grpc", &format!("127.0.0.1:{grpc}")])
+            // In the environment rather than as `--db`: the process list shows arguments, and the URL may hold
+            // a password.
+            .env("CAIRN_DB", db.expose_secret())
             .env("CAIRN_API_TOKEN", &self.api_token)
-            .env("CAIRN_MAX_STEPS", "10000")
+            .env("CAIRN_MAX_STEPS", self.max_plan_steps.to_string())
             .spawn()
             .context("starting `cairn serve`")?;
-        let client = Client::new(&format!("http://127.0.0.1:{http}"), Some(self.api_token.clone()))?;
-        let healthy = wait_healthy(&client, &mut child).await;
+        let api = Api::new(format!("http://127.0.0.1:{http}"), self.api_token.as_str().into())?;
+        let healthy = wait_healthy(&api, &mut child).await;
         self.first_serve.get_or_insert(child.id());
         self.children.push(child);
         healthy?;
-        Ok(Orchestrator { client, grpc_url: format!("http://127.0.0.1:{grpc}") })
+        Ok(Orchestrator { api, grpc_url: format!("http://127.0.0.1:{grpc}") })
     }
 
     /// Starts worker number `i` with `concurrency` slots, polling `orchestrator`.
@@ -96,10 +107,10 @@ impl Processes {
         Ok(())
     }
 
-    /// This executable, with the worker token, `RUST_LOG` (default `warn`), no stdin, and its output in `NAME.log`
-    /// and `NAME.err` in the bench's directory.
+    /// The `cairn` executable, with the worker token, `RUST_LOG` (default `warn`), no stdin, and its output in
+    /// `NAME.log` and `NAME.err` in the bench's directory.
     fn command(&self, name: &str) -> anyhow::Result<Command> {
-        let mut command = Command::new(std::env::current_exe().context("locating the cairn executable")?);
+        let mut command = Command::new(&self.cairn);
         command
             .env("CAIRN_WORKER_TOKEN", &self.worker_token)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
@@ -127,10 +138,10 @@ fn token(kind: &str) -> String {
     format!("bench-{kind}-{}-{nanos:x}", std::process::id())
 }
 
-async fn wait_healthy(client: &Client, serve: &mut Child) -> anyhow::Result<()> {
+async fn wait_healthy(api: &Api, serve: &mut Child) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if client.get("/healthz").await.is_ok() {
+        if api.text("/healthz").await.is_ok() {
             return Ok(());
         }
         if let Some(status) = serve.try_wait()? {
@@ -145,24 +156,23 @@ async fn wait_healthy(client: &Client, serve: &mut Child) -> anyhow::Result<()> 
 
 /// Waits until `noop` is registered and the orchestrator counts `workers` connected workers (at most 30 s; at
 /// once when it should have none).
-pub(super) async fn wait_workers(client: &Client, workers: usize) -> anyhow::Result<()> {
+pub(super) async fn wait_workers(api: &Api, workers: usize) -> anyhow::Result<()> {
     if workers == 0 {
         return Ok(());
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let actions = client.get("/v1/actions").await?;
+        let actions = api.get("/v1/actions").await?;
         let has_noop = actions["actions"]
             .as_array()
             .is_some_and(|a| a.iter().any(|s| s.get("name").and_then(Value::as_str) == Some("noop")));
-        let connected = match client.get("/metrics").await? {
-            Value::String(text) => text
-                .lines()
-                .find_map(|l| l.strip_prefix("cairn_connected_workers "))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0),
-            _ => 0.0,
-        };
+        let connected = api
+            .text("/metrics")
+            .await?
+            .lines()
+            .find_map(|l| l.strip_prefix("cairn_connected_workers "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
         #[allow(clippy::cast_precision_loss)]
         if has_noop && connected >= workers as f64 {
             return Ok(());

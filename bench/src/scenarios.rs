@@ -1,5 +1,5 @@
-//! The scenarios `chain`, `fanout`, `throughput`, `timers` and `memory` (see the parent module for what each
-//! measures); `dispatch` has its own module.
+//! The scenarios `chain`, `fanout`, `throughput`, `timers` and `memory` (see the crate docs for what each
+//! measures), at the sizes below unless [`Size`] says otherwise; `dispatch` has its own module.
 
 use std::time::{Duration, Instant};
 
@@ -7,9 +7,9 @@ use anyhow::Context;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
-use super::timeline::{Timeline, percentile, sorted};
-use super::{active_runs, noop, submit};
-use crate::client::Client;
+use crate::Size;
+use crate::api::{Api, noop};
+use crate::timeline::{Timeline, percentile, sorted};
 
 const CHAIN_LEN: usize = 20;
 const CHAIN_RUNS: usize = 20;
@@ -20,16 +20,17 @@ const MEMORY_RUNS: usize = 10_000;
 const MEMORY_STEPS_PER_RUN: usize = 10;
 
 #[allow(clippy::cast_precision_loss)]
-pub(super) async fn chain(client: &Client) -> anyhow::Result<Value> {
-    let ids: Vec<String> = (0..CHAIN_LEN).map(|i| format!("s{i:02}")).collect();
+pub(super) async fn chain(api: &Api, size: Size) -> anyhow::Result<Value> {
+    let (len, runs) = (size.steps_or(CHAIN_LEN), size.runs_or(CHAIN_RUNS));
+    let ids: Vec<String> = (0..len).map(|i| format!("s{i:02}")).collect();
     let (mut run_means, mut cycles, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..CHAIN_RUNS {
+    for _ in 0..runs {
         let steps = ids.iter().enumerate().map(|(i, id)| noop(id, &ids[i.saturating_sub(1)..i])).collect::<Vec<_>>();
-        let (run_id, _) = submit(client, "bench: chain", steps).await?;
-        let timeline = Timeline::of_finished_run(client, &run_id, Duration::from_millis(25)).await?;
+        let (run_id, _) = api.submit("bench: chain", steps).await?;
+        let timeline = Timeline::of_finished_run(api, &run_id, Duration::from_millis(25)).await?;
         let first = timeline.get("step_started", &ids[0])?;
-        let last = timeline.get("step_started", &ids[CHAIN_LEN - 1])?;
-        run_means.push((last - first) as f64 / (CHAIN_LEN - 1) as f64);
+        let last = timeline.get("step_started", &ids[len - 1])?;
+        run_means.push((last - first) as f64 / (len - 1) as f64);
         for pair in ids.windows(2) {
             let started = timeline.get("step_started", &pair[1])?;
             cycles.push((started - timeline.get("step_started", &pair[0])?) as f64);
@@ -44,8 +45,8 @@ pub(super) async fn chain(client: &Client) -> anyhow::Result<Value> {
         "per_step_ms_run_means": run_means.iter().map(|v| round2(*v)).collect::<Vec<_>>(),
         "handoff_gap_ms_median": percentile(&gaps, 0.5),
         "handoff_gap_ms_p99": percentile(&gaps, 0.99),
-        "runs": CHAIN_RUNS,
-        "steps": CHAIN_LEN,
+        "runs": runs,
+        "steps": len,
     }))
 }
 
@@ -53,30 +54,30 @@ fn round2(v: f64) -> f64 {
     (v * 100.0).round() / 100.0
 }
 
-pub(super) async fn fanout(client: &Client) -> anyhow::Result<Value> {
-    let ids: Vec<String> = (0..FANOUT_WIDTH).map(|i| format!("p{i:03}")).collect();
+pub(super) async fn fanout(api: &Api, size: Size) -> anyhow::Result<Value> {
+    let width = size.steps_or(FANOUT_WIDTH);
+    let ids: Vec<String> = (0..width).map(|i| format!("p{i:03}")).collect();
     let mut steps: Vec<Value> = ids.iter().map(|id| noop(id, &[])).collect();
     steps.push(noop("join", &ids));
-    let (run_id, started) = submit(client, "bench: fanout", steps).await?;
-    let timeline = Timeline::of_finished_run(client, &run_id, Duration::from_millis(5)).await?;
+    let (run_id, started) = api.submit("bench: fanout", steps).await?;
+    let timeline = Timeline::of_finished_run(api, &run_id, Duration::from_millis(5)).await?;
     let client_wall_ms = started.elapsed().as_millis();
     let wall_ms = timeline.get("run_succeeded", "")? - timeline.get("run_created", "")?;
-    Ok(json!({"scenario": "fanout", "wall_ms": wall_ms, "client_wall_ms": client_wall_ms, "width": FANOUT_WIDTH}))
+    Ok(json!({"scenario": "fanout", "wall_ms": wall_ms, "client_wall_ms": client_wall_ms, "width": width}))
 }
 
 /// `throughput`: the drain of 10,000 queued steps. Its span starts when the steps could first be claimed: the
 /// earlier of the submission's acknowledgement (read on this host's clock, as the orchestrator's timestamps are)
 /// and the first `step_started`. The submission's own transaction (storing the plan, its steps and their
-/// `step_ready` events, whose timestamps are taken when it begins) is reported apart, as `submit_ms`: on
-/// PostgreSQL it can be a third of a span counted from the first `step_ready` (about 450 ms of 1.5 s for 10,000
-/// steps), which would measure storing the plan rather than the drain peers' jobs-per-second figures describe
-/// (`steps_per_sec_from_ready` gives the rate over both).
-pub(super) async fn throughput(client: &Client) -> anyhow::Result<Value> {
-    let ids: Vec<String> = (0..THROUGHPUT_STEPS).map(|i| format!("t{i:05}")).collect();
+/// `step_ready` events, whose timestamps are taken when it begins) is reported apart, as `submit_ms`, because
+/// it is a large share of the span (on PostgreSQL about 450 ms of 1.5 s for 10,000 steps);
+/// `steps_per_sec_from_ready` is the rate counting it.
+pub(super) async fn throughput(api: &Api, size: Size) -> anyhow::Result<Value> {
+    let ids: Vec<String> = (0..size.steps_or(THROUGHPUT_STEPS)).map(|i| format!("t{i:05}")).collect();
     let steps: Vec<Value> = ids.iter().map(|id| noop(id, &[])).collect();
-    let (run_id, _) = submit(client, "bench: throughput", steps).await?;
+    let (run_id, _) = api.submit("bench: throughput", steps).await?;
     let acknowledged = epoch_ms()?;
-    let timeline = Timeline::of_finished_run(client, &run_id, Duration::from_millis(100)).await?;
+    let timeline = Timeline::of_finished_run(api, &run_id, Duration::from_millis(100)).await?;
     let mut times = Vec::with_capacity(ids.len());
     for id in &ids {
         let at = |kind: &str| timeline.get(kind, id);
@@ -123,15 +124,15 @@ fn epoch_ms() -> anyhow::Result<i64> {
 }
 
 /// 10,000 steps due at the same instant, a few seconds ahead (so the submission is stored before it).
-pub(super) async fn timers(client: &Client) -> anyhow::Result<Value> {
+pub(super) async fn timers(api: &Api, size: Size) -> anyhow::Result<Value> {
     let due = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(5);
     let due_ms = due.as_millisecond();
-    let ids: Vec<String> = (0..TIMER_STEPS).map(|i| format!("t{i:05}")).collect();
+    let ids: Vec<String> = (0..size.steps_or(TIMER_STEPS)).map(|i| format!("t{i:05}")).collect();
     let steps: Vec<Value> =
         ids.iter().map(|id| json!({"id": id, "action": "noop", "args": {}, "not_before": due.to_string()})).collect();
-    let (run_id, _) = submit(client, "bench: timers", steps).await?;
+    let (run_id, _) = api.submit("bench: timers", steps).await?;
     anyhow::ensure!(jiff::Timestamp::now() < due, "submitting the timers took longer than their 5 s lead");
-    let timeline = Timeline::of_finished_run(client, &run_id, Duration::from_millis(100)).await?;
+    let timeline = Timeline::of_finished_run(api, &run_id, Duration::from_millis(100)).await?;
     let mut started = Vec::with_capacity(ids.len());
     for id in &ids {
         started.push(timeline.get("step_started", id)?);
@@ -143,23 +144,24 @@ pub(super) async fn timers(client: &Client) -> anyhow::Result<Value> {
 }
 
 /// 10,000 runs of 10 steps each, every step waiting on a timer a day ahead; then the orchestrator's RSS.
-pub(super) async fn memory(client: &Client, orchestrator_pid: u32) -> anyhow::Result<Value> {
+pub(super) async fn memory(api: &Api, size: Size, orchestrator_pid: u32) -> anyhow::Result<Value> {
     let before = rss_mb(orchestrator_pid)?;
     let due = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24)).to_string();
-    let steps: Vec<Value> = (0..MEMORY_STEPS_PER_RUN)
+    let steps_per_run = size.steps_or(MEMORY_STEPS_PER_RUN);
+    let steps: Vec<Value> = (0..steps_per_run)
         .map(|i| json!({"id": format!("m{i}"), "action": "noop", "args": {}, "not_before": due}))
         .collect();
-    let submissions = futures::stream::iter(0..MEMORY_RUNS)
-        .map(|_| submit(client, "bench: memory", steps.clone()))
+    let submissions = futures::stream::iter(0..size.runs_or(MEMORY_RUNS))
+        .map(|_| api.submit("bench: memory", steps.clone()))
         .buffer_unordered(8);
     let ids: Vec<(String, Instant)> = submissions.try_collect().await?;
-    let active = active_runs(client).await?;
+    let active = api.active_runs().await?;
     let after = rss_mb(orchestrator_pid)?;
     Ok(json!({
         "scenario": "memory",
         "active_runs": ids.len(),
         "active_runs_reported": active,
-        "pending_timers": ids.len() * MEMORY_STEPS_PER_RUN,
+        "pending_timers": ids.len() * steps_per_run,
         "rss_mb": after,
         "rss_mb_before": before,
     }))
@@ -195,7 +197,7 @@ mod tests {
         assert_eq!(figures["submit_ms"], 400);
         assert_eq!(figures["span_ms"], 100, "1,500 − 1,400");
         assert_eq!(figures["steps_per_sec"], 40.0, "4 steps in 100 ms");
-        assert_eq!(figures["steps_per_sec_from_ready"], 8.0, "4 steps in 500 ms, the figure up to window L");
+        assert_eq!(figures["steps_per_sec_from_ready"], 8.0, "4 steps in 500 ms, counting the submission");
         assert_eq!(figures["dispatch_latency_ms_p50"], 20.0, "started 10, 20, 30, 40 ms after 1,400");
         assert_eq!(figures["dispatch_latency_ms_p99"], 40.0);
     }

@@ -1,4 +1,6 @@
-//! Telemetry for every Cairn process (orchestrator, worker, CLI): logs, spans, and their export over OTLP.
+//! `cairn-telemetry`: telemetry for every Cairn process (orchestrator, worker, CLI): logs, spans, and their
+//! export over OTLP. A crate of its own so that the orchestrator and the workers share it without either
+//! depending on the other.
 //!
 //! [`init`] installs the global `tracing` subscriber:
 //! - a log layer on stderr, human-readable or JSON lines, filtered by `RUST_LOG` (default `warn`);
@@ -222,7 +224,8 @@ fn provider(
     let (exporter, runtime) = match otlp.protocol {
         OtlpProtocol::HttpProtobuf => {
             // reqwest is built without a rustls provider; the exporter's client needs one even for http://.
-            crate::actions::install_crypto_provider();
+            // `Err` only means a provider is already installed, which is what we want.
+            let _ = rustls::crypto::ring::default_provider().install_default();
             let url = format!("{}/v1/traces", otlp.endpoint.trim_end_matches('/'));
             let exporter =
                 SpanExporter::builder().with_http().with_protocol(Protocol::HttpBinary).with_endpoint(url).build()?;
