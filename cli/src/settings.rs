@@ -78,6 +78,9 @@ pub struct Settings {
     pub grpc_max_concurrent_streams: u32,
     /// Worker protocol: most connections at once; further ones wait in the listen queue.
     pub grpc_max_connections: usize,
+    /// PostgreSQL: whether completions may take the one-call stored functions (`CAIRN_PG_FAST_PATH`, default
+    /// true); `false` sends every batch the general way (the same decisions and rows, more round trips).
+    pub pg_fast_path: bool,
 }
 
 /// What `http.request` may reach when the settings leave `http_allow_loopback` or `http_allow_private` unset.
@@ -137,6 +140,7 @@ impl Default for Settings {
             grpc_max_message_bytes: grpc.max_message_bytes,
             grpc_max_concurrent_streams: grpc.max_concurrent_streams,
             grpc_max_connections: grpc.max_connections,
+            pg_fast_path: true,
         }
     }
 }
@@ -146,7 +150,7 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// The settings keys, as environment variables take them (`CAIRN_DB`, `CAIRN_API_TOKEN`, …).
-const KEYS: [&str; 24] = [
+const KEYS: [&str; 25] = [
     "db",
     "http",
     "grpc",
@@ -171,6 +175,7 @@ const KEYS: [&str; 24] = [
     "grpc_max_message_bytes",
     "grpc_max_concurrent_streams",
     "grpc_max_connections",
+    "pg_fast_path",
 ];
 
 impl Settings {
@@ -260,6 +265,7 @@ impl Settings {
                 max_edges: self.max_edges,
                 ..Default::default()
             },
+            pg_fast_path: self.pg_fast_path,
             ..Default::default()
         }
     }
@@ -351,6 +357,16 @@ mod tests {
             }
             assert!(printed.contains("postgres://cairn:***@db.internal:5432/cairn"), "which database: {printed}");
             assert_eq!(settings.api_token.as_ref().map(ExposeSecret::expose_secret), Some("api-token-60c2"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_postgresql_fast_path_is_on_unless_the_environment_turns_it_off() {
+        load_in_jail(|jail| {
+            assert!(Settings::load(None).expect("defaults load").engine().pg_fast_path, "on by default");
+            jail.set_env("CAIRN_PG_FAST_PATH", "false");
+            assert!(!Settings::load(None).expect("the environment loads").engine().pg_fast_path, "turned off");
             Ok(())
         });
     }

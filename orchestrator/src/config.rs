@@ -29,6 +29,10 @@ pub struct EngineConfig {
     /// and this one's listener, which hears its own hellos too, is made again on a new connection after hearing
     /// nothing for as long (a connection cut without a close, which sqlx's listener never notices). Default 10 s.
     pub peer_hello_every: Duration,
+    /// PostgreSQL: whether the batch writer may complete a chain step, or a batch of leaf steps, with the claim
+    /// riding on it in one call to a stored function (the fast path, `docs/design/fast-path.md`). Off, every
+    /// batch takes the general path; the decisions and the rows written are the same. Default true.
+    pub pg_fast_path: bool,
 }
 
 impl EngineConfig {
@@ -52,6 +56,7 @@ impl Default for EngineConfig {
             reap_batch: 500,
             idle_recheck: Duration::from_secs(1),
             peer_hello_every: Duration::from_secs(10),
+            pg_fast_path: true,
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct BatchWriter {
     leaf_pause: u32,
     one_call: OneCallCounts,
     leaf_call: OneCallCounts,
+    /// Whether the one-call functions may be tried (`pg_fast_path`); off, every batch takes the general path.
+    fast_path: bool,
     /// When the last batch ended: the held connection is pinged before a batch that follows a pause, as the pool
     /// pings its idle ones (`postgres::connect`), so one cut while idle (a dropped NAT mapping) costs a ping's
     /// deadline, not a batch's.
@@ -76,12 +78,22 @@ impl Store {
             leaf_pause: 0,
             one_call: OneCallCounts::default(),
             leaf_call: OneCallCounts::default(),
+            fast_path: true,
             last_batch_at: None,
         }
     }
 }
 
 impl BatchWriter {
+    /// This writer with PostgreSQL's fast path (the one-call functions `cairn_complete_and_claim` and
+    /// `cairn_complete_leaves_and_claim`) on or off; on by default. Off, every batch takes the general path, as
+    /// on SQLite, and [`BatchWriter::one_call_counts`] and [`BatchWriter::leaf_call_counts`] stay zero.
+    #[must_use]
+    pub fn with_fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
+        self
+    }
+
     /// [`Store::write_batch`], on the writer's own connection: the same semantics, errors and retries (a
     /// deadlock or serialization failure, after which the transaction was rolled back, runs it again on the same
     /// connection: five tries in all).
@@ -126,7 +138,7 @@ impl BatchWriter {
         // (`Claimed::successor_action`) that the riding claim serves: otherwise the call would fall back, a round
         // trip for nothing.
         let successors = &self.successors;
-        let only_reports = runs.is_empty();
+        let only_reports = runs.is_empty() && self.fast_path;
         let candidate = only_reports
             .then(|| {
                 Candidate::of(items, claims, limits, |lease, claim| {

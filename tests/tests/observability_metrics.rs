@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::clock::ManualClock;
+use cairn_orchestrator::EngineConfig;
 use cairn_tests::Backend;
-use cairn_tests::http::{CairnProcess, HttpApp, TempDir};
+use cairn_tests::http::{CairnProcess, HttpApp, HttpAppOptions, TempDir};
 use serde_json::json;
 
 const START: &str = "2027-03-14T12:00:00Z";
@@ -170,4 +171,38 @@ async fn a_chain_and_leaves_on_postgresql_count_their_batches_written_in_one_cal
     assert_eq!(committed, 4.0, "leaf calls committed; worker log:\n{}", worker.log());
     assert_eq!(leaves("fell_back"), 0.0, "no leaf call was wasted");
     assert_eq!(leaves("unknown"), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_fast_path_off_the_same_chain_and_leaves_take_no_call() {
+    if !cairn_tests::backends().contains(&Backend::Postgres) {
+        return; // `backends` printed that PostgreSQL was skipped
+    }
+    // Arrange: the workload of the test above, which takes five one-call batches with the fast path on.
+    let clock = Arc::new(ManualClock::new(START.parse().unwrap()));
+    let engine = EngineConfig { pg_fast_path: false, ..EngineConfig::default() };
+    let app = HttpApp::start_with(Backend::Postgres, clock, HttpAppOptions { engine, ..Default::default() }).await;
+    let dir = TempDir::new();
+    let worker = CairnProcess::worker("worker", &app.grpc_url, dir.path(), &["--concurrency", "1"], &[]);
+    let chain = json!({"goal": "chain", "steps": [
+        {"id": "a", "action": "noop", "args": {}},
+        {"id": "b", "action": "noop", "args": {}, "depends_on": ["a"]},
+        {"id": "c", "action": "noop", "args": {}, "depends_on": ["b"]}]});
+    let leaves = json!({"goal": "leaves", "steps": [
+        {"id": "x", "action": "noop", "args": {}},
+        {"id": "y", "action": "noop", "args": {}},
+        {"id": "z", "action": "noop", "args": {}}]});
+
+    // Act
+    for plan in [chain, leaves] {
+        let run_id = app.submit(plan).await;
+        let run = app.wait_run(&run_id, "the run finished", LIMIT, |run| run["status"] == "succeeded").await;
+        assert_eq!(run["status"], "succeeded", "worker log:\n{}", worker.log());
+    }
+    let after = scrape_until(&app, "cairn_runs{status=\"succeeded\"}", 2.0).await;
+
+    // Assert: both runs went the general way; nothing was tried in one call.
+    let one_call: Vec<(&String, &f64)> =
+        after.0.iter().filter(|(sample, _)| sample.starts_with("cairn_one_call_completions_total")).collect();
+    assert!(one_call.iter().all(|(_, value)| **value == 0.0), "no one-call batch: {one_call:?}");
 }

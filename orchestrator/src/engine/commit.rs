@@ -103,7 +103,8 @@ pub(super) fn spawn_writer(engine: Weak<Inner>, mut queue: mpsc::Receiver<Pendin
         while let Some(first) = queue.recv().await {
             take_batch(first, &mut queue, &mut batch);
             let Some(inner) = engine.upgrade() else { break };
-            let writer = writer.get_or_insert_with(|| inner.store.batch_writer());
+            let writer =
+                writer.get_or_insert_with(|| inner.store.batch_writer().with_fast_path(inner.config.pg_fast_path));
             let before = (writer.one_call_counts(), writer.leaf_call_counts());
             let engine = Engine { inner };
             engine.write(writer, std::mem::take(&mut batch)).await;

@@ -3,8 +3,9 @@
 //! store and through `cairn_core::machine::RunGraph` side by side, end in the same step and run statuses and
 //! record the same transitions in the same order.
 //!
-//! Two drivers: the store's own calls one report at a time (the general path), and the batch writer with several
-//! reports per batch and the claim riding on them (on PostgreSQL the one-call functions whenever they apply).
+//! Three drivers: the store's own calls one report at a time (the general path), and the batch writer with
+//! several reports per batch and the claim riding on them, with PostgreSQL's fast path (the one-call functions
+//! whenever they apply) and without it (`pg_fast_path = false`).
 //! Seeds are fixed, so a failure names the seed that reproduces it; `CAIRN_MODEL_SEEDS` runs more.
 
 use cairn_core::failure::Failure;
@@ -277,7 +278,18 @@ async fn random_runs_through_the_batch_writer_make_the_models_decisions(store: S
     }
 }
 
+async fn random_runs_through_the_batch_writer_without_the_fast_path_make_the_models_decisions(store: Store) {
+    let mut driver = Driver::Writer(Box::new(store.batch_writer().with_fast_path(false)));
+    for seed in 1_000..1_000 + seeds() {
+        one_seed(&store, &mut driver, seed).await;
+    }
+    let Driver::Writer(writer) = &driver else { unreachable!("the writer driver") };
+    let nothing = cairn_store::OneCallCounts::default();
+    assert_eq!((writer.one_call_counts(), writer.leaf_call_counts()), (nothing, nothing), "no call was tried");
+}
+
 contract_tests!(
     random_runs_through_the_stores_calls_make_the_models_decisions,
     random_runs_through_the_batch_writer_make_the_models_decisions,
+    random_runs_through_the_batch_writer_without_the_fast_path_make_the_models_decisions,
 );
