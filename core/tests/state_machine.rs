@@ -8,7 +8,8 @@ use std::time::Duration;
 use cairn_core::catalog::StaticCatalog;
 use cairn_core::failure::{Failure, codes};
 use cairn_core::machine::{
-    AfterFailure, Event, FailedAttempt, Readiness, RunGraph, Transition, after_failure, readiness, run_outcome,
+    AfterFailure, Event, FailedAttempt, OperatorAction, Readiness, RunGraph, Transition, after_failure, readiness,
+    run_outcome,
 };
 use cairn_core::plan::{Plan, TriggerRule};
 use cairn_core::retry::{Jitter, RetryPolicy};
@@ -324,6 +325,55 @@ fn ambiguous_failure_of_a_non_idempotent_step_is_outcome_unknown_and_never_retri
         assert_eq!(graph.run_status(), RunStatus::Running, "the run is not finished");
         assert_eq!(graph.attempts("send"), 1, "only one attempt ran");
     }
+}
+
+/// A step parked as `outcome_unknown` after a timeout, with one dependent.
+fn parked() -> RunGraph {
+    let (mut graph, _) = start(json!([
+        {"id": "send", "action": "notify.send", "args": {"text": "hi"}},
+        {"id": "after", "action": "noop", "depends_on": ["send"]}
+    ]));
+    run_fail(&mut graph, "send", Failure::new(codes::TIMEOUT, "no answer", true));
+    assert_eq!(status(&graph, "send"), StepStatus::OutcomeUnknown);
+    graph
+}
+
+#[test]
+fn an_operator_retry_of_a_parked_step_makes_it_ready_for_a_new_attempt() {
+    let mut graph = parked();
+    let transitions = graph.apply(Event::Operator("send".into(), OperatorAction::Retry), 0.0);
+    assert_eq!(transitions, [step("send", StepStatus::Ready)]);
+    run_ok(&mut graph, "send", json!({}));
+    assert_eq!(graph.attempts("send"), 2, "the retry is a second attempt");
+    run_ok(&mut graph, "after", json!({}));
+    assert_eq!(graph.run_status(), RunStatus::Succeeded);
+}
+
+#[test]
+fn an_operator_skip_or_fail_of_a_parked_step_releases_its_dependents() {
+    let mut graph = parked();
+    let transitions = graph.apply(Event::Operator("send".into(), OperatorAction::Skip), 0.0);
+    assert_eq!(
+        transitions,
+        [step("send", StepStatus::Skipped), step("after", StepStatus::Skipped), Transition::Run(RunStatus::Succeeded)],
+        "skipped steps do not fail the run"
+    );
+
+    let mut graph = parked();
+    let transitions = graph.apply(Event::Operator("send".into(), OperatorAction::Fail), 0.0);
+    assert_eq!(
+        transitions,
+        [step("send", StepStatus::Failed), step("after", StepStatus::Skipped), Transition::Run(RunStatus::Failed)]
+    );
+}
+
+#[test]
+fn operator_actions_apply_only_to_a_parked_step() {
+    let (mut graph, _) = start(json!([{"id": "a", "action": "noop"}]));
+    for action in [OperatorAction::Retry, OperatorAction::Skip, OperatorAction::Fail] {
+        assert!(graph.apply(Event::Operator("a".into(), action), 0.0).is_empty(), "{action:?} of a ready step");
+    }
+    assert_eq!(status(&graph, "a"), StepStatus::Ready);
 }
 
 #[test]

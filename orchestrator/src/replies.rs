@@ -128,8 +128,7 @@ mod tests {
             timeout_ms: 10_000,
             heartbeat_timeout_ms: None,
             checkpoint: None,
-            successor_action: None,
-            leaf: false,
+            completion: cairn_store::CompletionHint::default(),
         }
     }
 

@@ -155,8 +155,7 @@ mod tests {
             timeout_ms: deadline_ms,
             heartbeat_timeout_ms: None,
             checkpoint: None,
-            successor_action: None,
-            leaf: false,
+            completion: cairn_store::CompletionHint::default(),
         }
     }
 

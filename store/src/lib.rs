@@ -55,15 +55,15 @@ mod writer;
 
 use sqlx::{PgPool, SqlitePool};
 
+pub use cairn_core::machine::OperatorAction;
 pub use catalog::{ActionWorker, StoredAction};
 pub use error::{ErrorClass, StoreError, StoreResult};
-pub use flow::batch::Handoff;
-pub use flow::control::OperatorAction;
+pub use flow::batch::{Batch, Handoff};
 pub use flow::finish::{Report, ReportLimits};
 pub use model::*;
 pub use peers::{PEER_CHANNEL, PeerListener};
 pub use postgres::deadline::DEFAULT_ANSWER_DEADLINE;
-pub use writer::{BatchWriter, OneCallCounts};
+pub use writer::{BatchWriter, FastPathCounts, OneCallCounts};
 
 /// SQLite migrations (`migrations/sqlite`), embedded in the binary.
 pub static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -270,29 +270,8 @@ impl Store {
     /// rolls back the whole batch; the caller may then apply the operations one by one to isolate a bad one (a
     /// run whose idempotency key a concurrent transaction took meanwhile fails the batch with a unique
     /// violation, which [`Store::create_run_detailed`] alone resolves).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn write_batch(
-        &self,
-        runs: &[NewRun],
-        items: &[ReportItem],
-        claims: &[ClaimRequest],
-        limits: ReportLimits,
-        lease_ttl_ms: i64,
-        now_ms: i64,
-        handoff: flow::batch::Handoff<'_>,
-    ) -> StoreResult<BatchOutcome> {
-        in_tx!(self, |tx, events| flow::batch::report_batch(
-            &mut tx,
-            runs,
-            items,
-            claims,
-            limits,
-            lease_ttl_ms,
-            now_ms,
-            handoff,
-            &mut events
-        )
-        .await?)
+    pub async fn write_batch(&self, batch: &Batch<'_>) -> StoreResult<BatchOutcome> {
+        in_tx!(self, |tx, events| flow::batch::report_batch(&mut tx, batch, &mut events).await?)
     }
 
     /// Undoes claims whose attempts never started: the steps are ready again, due now, and the attempts are
@@ -372,7 +351,7 @@ impl Store {
         });
         let text = failure.to_string();
         in_tx!(self, |tx, events| {
-            for (step_id, _, _) in tx::StepTx::steps_cancel(&mut tx, run_id, now_ms).await? {
+            for (step_id, _) in tx::StepTx::steps_cancel(&mut tx, run_id, now_ms).await? {
                 events.push(flow::event(
                     run_id,
                     Some(&step_id),

@@ -88,16 +88,35 @@ pub struct Claimed {
     pub heartbeat_timeout_ms: Option<i64>,
     /// Last checkpoint saved by an earlier attempt.
     pub checkpoint: Option<Value>,
-    /// The action of the one step that depends on this one, when that dependent depends on nothing else and has
-    /// no `when`, approval, `not_before` timer or `$` in its args: completing this step under this lease may then
-    /// also lease the dependent in the same call, which the batch writer tries on PostgreSQL when the claim riding
-    /// on the completion serves this action (see [`crate::BatchWriter`]). `None` otherwise, and for steps stored
-    /// before the column existed (PostgreSQL schema v4, SQLite v5).
-    pub successor_action: Option<String>,
-    /// Whether no step depends on this one (known from the claim, on both backends): completing it under this
-    /// lease releases nothing, which the batch writer needs to know before trying several such completions and
-    /// their claims in one call on PostgreSQL (see [`crate::BatchWriter`]).
-    pub leaf: bool,
+    /// What the claim learned about completing this lease, for the store's own use
+    /// ([`CompletionHint::default`] when a `Claimed` is made outside the store).
+    pub completion: CompletionHint,
+}
+
+/// What a claim learned about completing a lease, which the batch writer uses to try PostgreSQL's fast path
+/// (`crate::BatchWriter`). Opaque outside the store, but for reading.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompletionHint {
+    pub(crate) successor_action: Option<String>,
+    pub(crate) leaf: bool,
+}
+
+impl CompletionHint {
+    /// The action of the one step that depends on this one, when that dependent depends on nothing else and
+    /// starts by itself with no `not_before` timer or `$` in its args: completing this step may then also lease
+    /// the dependent in the same call, which the writer tries when the claim riding on the completion serves this
+    /// action. `None` otherwise, and for steps stored before the column existed.
+    #[must_use]
+    pub fn successor_action(&self) -> Option<&str> {
+        self.successor_action.as_deref()
+    }
+
+    /// Whether no step depends on this one: completing it releases nothing, which the writer needs to know
+    /// before trying several such completions and their claims in one call.
+    #[must_use]
+    pub fn is_leaf(&self) -> bool {
+        self.leaf
+    }
 }
 
 /// What a claimer asks for.

@@ -38,6 +38,7 @@ pub(crate) mod lost_commit;
 mod plans;
 mod runs;
 mod steps_insert;
+pub(crate) mod writer;
 
 /// The `FROM` item every events insert joins before drawing ids: locks the rows of the runs named by the
 /// subquery `$ids` (`FOR NO KEY UPDATE`, in id order, held to the commit). The aggregate completes before the
@@ -200,8 +201,8 @@ const SUCCEED: &str = concat!(
     crate::sql::release!(@returning),
     "), counted AS (UPDATE runs SET open_steps = open_steps - 1, updated_at = $6 \
        WHERE id = $1 AND EXISTS (SELECT 1 FROM done) AND (SELECT COUNT(*) FROM released) >= 0 \
-       RETURNING open_steps, cancel_requested) \
-     SELECT done.child_count, counted.open_steps, counted.cancel_requested, r.step_id, r.dep_count, \
+       RETURNING open_steps, failed_steps, cancel_requested) \
+     SELECT done.child_count, counted.open_steps, counted.failed_steps, counted.cancel_requested, r.step_id, r.dep_count, \
        r.pending_deps, r.trigger_rule, r.when_expr, r.approval, r.not_before_at, r.status, r.available_at \
      FROM done LEFT JOIN counted ON true LEFT JOIN released r ON true"
 );
@@ -211,6 +212,7 @@ const SUCCEED: &str = concat!(
 struct SucceededRow {
     child_count: i64,
     open_steps: Option<i64>,
+    failed_steps: Option<i64>,
     cancel_requested: Option<i64>,
     step_id: Option<String>,
     dep_count: Option<i64>,
@@ -310,7 +312,9 @@ impl DialectTx for Transaction<'_, Postgres> {
             .fetch_all(&mut **self)
             .await?;
         let Some(first) = rows.first() else { return Ok(None) };
-        let (child_count, run_counter) = (first.child_count, first.open_steps.zip(first.cancel_requested));
+        let counters = first.open_steps.zip(first.failed_steps).zip(first.cancel_requested);
+        let child_count = first.child_count;
+        let run_counter = counters.map(|((open, failed), cancel)| crate::rows::run_counters((open, failed, cancel)));
         let released = rows.into_iter().filter_map(SucceededRow::dependent).collect();
         Ok(Some(StepSucceeded { child_count, run_counter, released: Some(released) }))
     }

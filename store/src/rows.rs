@@ -1,5 +1,7 @@
 //! Row shapes shared by both backends (decoded with `sqlx::FromRow`; both dialects store the same types).
 
+use cairn_core::machine::RunCounters;
+
 /// A step just claimed.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct ClaimedRow {
@@ -40,9 +42,9 @@ pub(crate) struct LeasedRow {
 pub(crate) struct StepSucceeded {
     /// How many steps depend on it.
     pub child_count: i64,
-    /// `(open_steps, cancel_requested)` of its run after the step was counted against it, when the success
-    /// statement did so; `None` when the caller must count it.
-    pub run_counter: Option<(i64, i64)>,
+    /// Its run's counters after the step was counted against it, when the success statement did so; `None`
+    /// when the caller must count it.
+    pub run_counter: Option<cairn_core::machine::RunCounters>,
     /// Its dependents as the release left them (`StepTx::children_release` with the step succeeded), when the
     /// success statement released them; `None` when the caller must.
     pub released: Option<Vec<ChildRow>>,
@@ -198,4 +200,9 @@ pub(crate) struct AttemptClose {
     pub retry_after_ms: Option<i64>,
     pub suggestion: Option<String>,
     pub degraded: Option<i64>,
+}
+
+/// A run's counters from the `(open_steps, failed_steps, cancel_requested)` columns of its row.
+pub(crate) fn run_counters((open_steps, failed_steps, cancel_requested): (i64, i64, i64)) -> RunCounters {
+    RunCounters { open_steps, failed_steps, cancel_requested: cancel_requested != 0 }
 }

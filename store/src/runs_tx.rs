@@ -6,6 +6,8 @@
 
 use std::future::Future;
 
+use cairn_core::machine::{RunCounters, StepsClosed};
+
 use crate::error::StoreResult;
 
 /// Run statements over several runs. Every method runs inside the caller's transaction.
@@ -19,20 +21,20 @@ pub(crate) trait RunsTx: Send {
         &mut self,
         runs: &[(&str, &[crate::rows::StepInsert], i64)],
     ) -> impl Future<Output = StoreResult<()>> + Send;
-    /// Subtracts each `(run_id, n)`'s `n` from its run's open steps: returns `(run_id, open_steps,
-    /// cancel_requested)` per run found, in no particular order. Locks the run rows.
+    /// Counts each `(run_id, closed)`'s steps against its run, as [`crate::tx::StepTx::run_close_steps`] does:
+    /// returns each run found with its counters, in no particular order. Locks the run rows.
     fn runs_close_steps(
         &mut self,
-        closing: &[(&str, i64)],
+        closing: &[(&str, StepsClosed)],
         now: i64,
-    ) -> impl Future<Output = StoreResult<Vec<(String, i64, i64)>>> + Send;
+    ) -> impl Future<Output = StoreResult<Vec<(String, RunCounters)>>> + Send;
     /// Failed steps of the runs, as `(run_id, step_id, error)`, by run and then plan position.
     fn runs_failed_steps(
         &mut self,
         run_ids: &[&str],
     ) -> impl Future<Output = StoreResult<Vec<(String, String, Option<String>)>>> + Send;
-    /// Finishes the runs as `succeeded` unless they already finished or have a failed step; returns the ids
-    /// finished now, in no particular order.
+    /// Finishes the runs as `succeeded` (their counters said so, `cairn_core::machine::run_end`) unless they
+    /// already finished; returns the ids finished now, in no particular order.
     fn runs_succeed(&mut self, run_ids: &[&str], now: i64) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
 }
 
@@ -59,24 +61,30 @@ macro_rules! impl_runs_tx {
             }
             async fn runs_close_steps(
                 &mut self,
-                closing: &[(&str, i64)],
+                closing: &[(&str, cairn_core::machine::StepsClosed)],
                 now: i64,
-            ) -> $crate::error::StoreResult<Vec<(String, i64, i64)>> {
-                let mut closed = Vec::with_capacity(closing.len());
-                // 2 binds per run: 1000 runs stay far under either database's parameter limit.
+            ) -> $crate::error::StoreResult<Vec<(String, cairn_core::machine::RunCounters)>> {
+                let mut counted = Vec::with_capacity(closing.len());
+                // 3 binds per run: 1000 runs stay far under either database's parameter limit.
                 for chunk in closing.chunks(1000) {
-                    let mut q = sqlx::QueryBuilder::<$db>::new("UPDATE runs SET open_steps = open_steps - v.column2, ");
+                    let mut q = sqlx::QueryBuilder::<$db>::new(
+                        "UPDATE runs SET open_steps = open_steps - v.column2, failed_steps = failed_steps + v.column3, ",
+                    );
                     q.push("updated_at = ").push_bind(now).push(" FROM (");
-                    q.push_values(chunk, |mut b, (run_id, n)| {
-                        b.push_bind(*run_id).push_bind(*n);
+                    q.push_values(chunk, |mut b, (run_id, closed)| {
+                        b.push_bind(*run_id).push_bind(closed.steps).push_bind(closed.failed);
                     });
                     q.push(
-                        ") AS v WHERE runs.id = v.column1 RETURNING runs.id, runs.open_steps, runs.cancel_requested",
+                        ") AS v WHERE runs.id = v.column1 \
+                         RETURNING runs.id, runs.open_steps, runs.failed_steps, runs.cancel_requested",
                     );
-                    let query = q.build_query_as::<(String, i64, i64)>().persistent($lists_prepared);
-                    closed.extend(query.fetch_all(&mut **self).await?);
+                    let query = q.build_query_as::<(String, i64, i64, i64)>().persistent($lists_prepared);
+                    let rows = query.fetch_all(&mut **self).await?;
+                    counted.extend(rows.into_iter().map(|(id, open, failed, cancel)| {
+                        (id, $crate::rows::run_counters((open, failed, cancel)))
+                    }));
                 }
-                Ok(closed)
+                Ok(counted)
             }
             async fn runs_failed_steps(
                 &mut self,
@@ -110,10 +118,7 @@ macro_rules! impl_runs_tx {
                     for run_id in chunk {
                         ids.push_bind(*run_id);
                     }
-                    q.push(
-                        ") AND NOT EXISTS (SELECT 1 FROM steps WHERE steps.run_id = runs.id \
-                         AND steps.status = 'failed') RETURNING id",
-                    );
+                    q.push(") RETURNING id");
                     let query = q.build_query_scalar::<String>().persistent($lists_prepared);
                     finished.extend(query.fetch_all(&mut **self).await?);
                 }

@@ -165,20 +165,15 @@ pub(crate) const RELEASE_POSTGRES: &str =
 pub(crate) const STEP_DECIDE: &str = "UPDATE steps SET status = $3, available_at = $4, error = $5, \
      finished_at = $6, updated_at = $7 WHERE run_id = $1 AND step_id = $2 AND status = 'pending'";
 
-/// Count final steps against the run and return what is left. Locks the run row (serialises run completion).
-pub(crate) const RUN_CLOSE_STEPS: &str = "UPDATE runs SET open_steps = open_steps - $2, updated_at = $3 \
-     WHERE id = $1 RETURNING open_steps, cancel_requested";
+/// Count final steps (`$2`, of which `$3` failed) against the run and return its counters
+/// (`cairn_core::machine::RunCounters`). Locks the run row (serialises run completion).
+pub(crate) const RUN_CLOSE_STEPS: &str = "UPDATE runs SET open_steps = open_steps - $2, \
+     failed_steps = failed_steps + $3, updated_at = $4 WHERE id = $1 \
+     RETURNING open_steps, failed_steps, cancel_requested";
 
-/// Failed steps of a run (once, when it finishes). Index: `steps` PK prefix.
+/// Failed steps of a run (once, when it finishes failed, to name the root cause). Index: `steps` PK prefix.
 pub(crate) const RUN_FAILED_STEPS: &str =
     "SELECT step_id, error FROM steps WHERE run_id = $1 AND status = 'failed' ORDER BY position";
-
-/// Finish a run as succeeded unless it already finished or one of its steps failed: the common end of a run in
-/// one statement, where reading the failed steps and then finishing took two. Locks the run row; the
-/// `NOT EXISTS` reads the run's steps by the `steps` PK prefix.
-pub(crate) const RUN_SUCCEED_IF_CLEAN: &str = "UPDATE runs SET status = 'succeeded', failure = NULL, \
-     finished_at = $2, updated_at = $2 WHERE id = $1 AND (status IN ('pending', 'running')) IS TRUE \
-     AND NOT EXISTS (SELECT 1 FROM steps WHERE steps.run_id = $1 AND steps.status = 'failed')";
 
 /// Finish a run unless it already finished. Locks the run row.
 pub(crate) const RUN_FINISH: &str = "UPDATE runs SET status = $2, failure = $3, finished_at = $4, updated_at = $4 \
@@ -195,7 +190,7 @@ pub(crate) const RUN_CANCEL: &str = "UPDATE runs SET status = 'cancelled', cance
 /// (their leases end: late reports are ignored, heartbeats answer "gone"). Index: `steps` PK prefix.
 pub(crate) const STEPS_CANCEL: &str = "UPDATE steps SET status = 'cancelled', pending_deps = 0, lease_id = NULL, \
      lease_owner = NULL, lease_expires_at = NULL, finished_at = $2, updated_at = $2 WHERE run_id = $1 \
-     AND status IN ('pending', 'ready', 'running', 'waiting_approval', 'outcome_unknown') RETURNING step_id, attempt, status";
+     AND status IN ('pending', 'ready', 'running', 'waiting_approval', 'outcome_unknown') RETURNING step_id, attempt, position";
 
 /// Close the running attempts of a cancelled run. Index: `attempts` PK prefix.
 pub(crate) const ATTEMPTS_CANCEL: &str = "UPDATE attempts SET status = 'failed', ended_at = $2, \

@@ -10,6 +10,8 @@
 use std::collections::HashSet;
 use std::future::Future;
 
+use cairn_core::machine::{RunCounters, StepsClosed};
+
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
 use crate::rows::{AttemptClose, ChildRow, ClaimedRow, EventInsert, LeasedRow, StateRow, StepInsert, StepSucceeded};
@@ -108,19 +110,18 @@ pub(crate) trait StepTx: Send {
         finished_at: Option<i64>,
         now: i64,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Runs [`crate::sql::RUN_CLOSE_STEPS`]: the run's counters after `closed` were counted, `None` when the run
+    /// is gone.
     fn run_close_steps(
         &mut self,
         run_id: &str,
-        n: i64,
+        closed: StepsClosed,
         now: i64,
-    ) -> impl Future<Output = StoreResult<Option<(i64, i64)>>> + Send;
+    ) -> impl Future<Output = StoreResult<Option<RunCounters>>> + Send;
     fn run_failed_steps(
         &mut self,
         run_id: &str,
     ) -> impl Future<Output = StoreResult<Vec<(String, Option<String>)>>> + Send;
-    /// Runs [`crate::sql::RUN_SUCCEED_IF_CLEAN`]: true when the run is now succeeded (it was open and no step
-    /// of it failed).
-    fn run_succeed_if_clean(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
     fn run_finish(
         &mut self,
         run_id: &str,
@@ -130,11 +131,9 @@ pub(crate) trait StepTx: Send {
     ) -> impl Future<Output = StoreResult<bool>> + Send;
     fn run_input(&mut self, run_id: &str) -> impl Future<Output = StoreResult<Option<String>>> + Send;
     fn run_cancel(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
-    fn steps_cancel(
-        &mut self,
-        run_id: &str,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<Vec<(String, i64, String)>>> + Send;
+    /// Cancels the run's open steps ([`crate::sql::STEPS_CANCEL`]): returns `(step_id, attempt)` of each, in plan
+    /// order (the order of their `step_cancelled` events).
+    fn steps_cancel(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
     /// Closes the running attempts of a cancelled run, and ends the event waits of its `event.wait` attempts.
     fn attempts_cancel(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     #[allow(clippy::too_many_arguments)]
@@ -451,15 +450,17 @@ macro_rules! impl_step_tx {
             async fn run_close_steps(
                 &mut self,
                 run_id: &str,
-                n: i64,
+                closed: cairn_core::machine::StepsClosed,
                 now: i64,
-            ) -> $crate::error::StoreResult<Option<(i64, i64)>> {
-                Ok(sqlx::query_as::<$db, (i64, i64)>($crate::sql::RUN_CLOSE_STEPS)
+            ) -> $crate::error::StoreResult<Option<cairn_core::machine::RunCounters>> {
+                let row = sqlx::query_as::<$db, (i64, i64, i64)>($crate::sql::RUN_CLOSE_STEPS)
                     .bind(run_id)
-                    .bind(n)
+                    .bind(closed.steps)
+                    .bind(closed.failed)
                     .bind(now)
                     .fetch_optional(&mut **self)
-                    .await?)
+                    .await?;
+                Ok(row.map($crate::rows::run_counters))
             }
             async fn run_failed_steps(
                 &mut self,
@@ -469,14 +470,6 @@ macro_rules! impl_step_tx {
                     .bind(run_id)
                     .fetch_all(&mut **self)
                     .await?)
-            }
-            async fn run_succeed_if_clean(&mut self, run_id: &str, now: i64) -> $crate::error::StoreResult<bool> {
-                let done = sqlx::query::<$db>($crate::sql::RUN_SUCCEED_IF_CLEAN)
-                    .bind(run_id)
-                    .bind(now)
-                    .execute(&mut **self)
-                    .await?;
-                Ok(done.rows_affected() == 1)
             }
             async fn run_finish(
                 &mut self,
@@ -505,16 +498,15 @@ macro_rules! impl_step_tx {
                     sqlx::query::<$db>($crate::sql::RUN_CANCEL).bind(run_id).bind(now).execute(&mut **self).await?;
                 Ok(done.rows_affected() == 1)
             }
-            async fn steps_cancel(
-                &mut self,
-                run_id: &str,
-                now: i64,
-            ) -> $crate::error::StoreResult<Vec<(String, i64, String)>> {
-                Ok(sqlx::query_as::<$db, (String, i64, String)>($crate::sql::STEPS_CANCEL)
+            async fn steps_cancel(&mut self, run_id: &str, now: i64) -> $crate::error::StoreResult<Vec<(String, i64)>> {
+                let mut rows = sqlx::query_as::<$db, (String, i64, i64)>($crate::sql::STEPS_CANCEL)
                     .bind(run_id)
                     .bind(now)
                     .fetch_all(&mut **self)
-                    .await?)
+                    .await?;
+                // `RETURNING` gives rows in no particular order.
+                rows.sort_by_key(|(_, _, position)| *position);
+                Ok(rows.into_iter().map(|(step_id, attempt, _)| (step_id, attempt)).collect())
             }
             async fn attempts_cancel(&mut self, run_id: &str, now: i64) -> $crate::error::StoreResult<()> {
                 sqlx::query::<$db>($crate::sql::ATTEMPTS_CANCEL).bind(run_id).bind(now).execute(&mut **self).await?;

@@ -1,57 +1,29 @@
-//! The orchestrator's batch writer: one task writes every batch of reports and claims (`Store::write_batch`;
-//! `docs/design/group-commit.md`), so on PostgreSQL it keeps one pooled connection checked out between its
-//! transactions.
-//!
-//! Why: a connection going back to sqlx's pool is pinged (one more round trip and a wake-up of its server
-//! process, in a task of its own, at the moment the batch's answers go out), and the next transaction then
-//! begins on another pooled connection, with another server process. Kept, the writer's transactions run on one
-//! server process back to back, which shortens every chain step (`bench/results/comparisons.csv`).
-//!
-//! The held connection counts against the pool's size (16): other transactions share the other 15 (the
-//! orchestrator's listener to other orchestrators, `PeerListener`, has a connection of its own). SQLite has one
-//! connection anyway, so there the writer uses the pool as every other transaction does.
+//! The orchestrator's batch writer: one task writes every batch of new runs, reports and claims
+//! ([`Store::write_batch`]'s semantics; `docs/design/group-commit.md`). On SQLite it writes each batch as
+//! [`Store::write_batch`] does (one connection anyway). On PostgreSQL it is the driver's accelerator
+//! (`postgres/writer.rs`): it holds one connection between batches and, with the fast path on (`pg_fast_path`,
+//! the default), writes a batch in one call of a stored function where the batch allows; the outcome is the
+//! same either way.
 
-use std::collections::{HashMap, HashSet};
+use crate::Store;
+use crate::error::StoreResult;
+use crate::flow::batch::Batch;
+use crate::model::BatchOutcome;
+use crate::postgres::writer::PgWriter;
 
-use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres};
-
-use crate::error::{StoreError, StoreResult};
-use crate::flow::batch::{Handoff, report_batch};
-use crate::flow::finish::ReportLimits;
-use crate::model::{BatchOutcome, ClaimRequest, Lease, NewRun, ReportItem};
-use crate::postgres::complete_and_claim::{Candidate, committed, complete_and_claim, outcome};
-use crate::postgres::complete_leaves::{self, LeafBatch, complete_leaves_and_claim};
-use crate::postgres::{deadline, lost_commit};
-use crate::{Store, conflict_pause, postgres, tx};
-
-/// Writes batches for one task, holding its PostgreSQL connection between them (see the module docs). Made by
-/// [`Store::batch_writer`]; dropping it gives the connection back to the pool.
+/// Writes batches for one task (see the module docs). Made by [`Store::batch_writer`].
 #[derive(Debug)]
 pub struct BatchWriter {
-    store: Store,
-    held: Option<PoolConnection<Postgres>>,
-    /// PostgreSQL: leases this writer handed out whose step has a successor (`Claimed::successor_action`), with
-    /// that successor's action: the completions worth trying in one call (`cairn_complete_and_claim`). Each is
-    /// forgotten when reported.
-    successors: HashMap<Lease, String>,
-    /// PostgreSQL: leases this writer handed out for steps nothing depends on (`Claimed::leaf`): batches of
-    /// their completions are worth trying in one call (`cairn_complete_leaves_and_claim`). Each is forgotten
-    /// when reported.
-    leaves: HashSet<Lease>,
-    /// Batches still to send the general way before trying the leaf call again, after it fell back.
-    leaf_pause: u32,
-    one_call: OneCallCounts,
-    leaf_call: OneCallCounts,
-    /// Whether the one-call functions may be tried (`pg_fast_path`); off, every batch takes the general path.
-    fast_path: bool,
-    /// When the last batch ended: the held connection is pinged before a batch that follows a pause, as the pool
-    /// pings its idle ones (`postgres::connect`), so one cut while idle (a dropped NAT mapping) costs a ping's
-    /// deadline, not a batch's.
-    last_batch_at: Option<std::time::Instant>,
+    backend: Backend,
 }
 
-/// How many batches a [`BatchWriter`] tried in one call on PostgreSQL (`cairn_complete_and_claim` for a chain
+#[derive(Debug)]
+enum Backend {
+    Sqlite(Store),
+    Postgres(Box<PgWriter>),
+}
+
+/// How many batches a [`crate::BatchWriter`] tried in one call on PostgreSQL (`cairn_complete_and_claim` for a chain
 /// step, `cairn_complete_leaves_and_claim` for leaf completions), by how they ended. A fallback went on to the
 /// general path; the counts only grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,402 +38,80 @@ pub struct OneCallCounts {
     pub unknown: u64,
 }
 
+/// How the batches a [`BatchWriter`] tried on PostgreSQL's fast path ended: the chain call
+/// (`cairn_complete_and_claim`, a chain step) and the leaf call (`cairn_complete_leaves_and_claim`, leaf
+/// completions). Zero on SQLite and with the fast path off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FastPathCounts {
+    /// Chain calls.
+    pub chain: OneCallCounts,
+    /// Leaf calls.
+    pub leaves: OneCallCounts,
+}
+
 impl Store {
-    /// A writer for one task's batches (see [`BatchWriter`]).
+    /// A writer for one task's batches (see [`BatchWriter`]), with PostgreSQL's fast path on.
     #[must_use]
     pub fn batch_writer(&self) -> BatchWriter {
-        BatchWriter {
-            store: self.clone(),
-            held: None,
-            successors: HashMap::new(),
-            leaves: HashSet::new(),
-            leaf_pause: 0,
-            one_call: OneCallCounts::default(),
-            leaf_call: OneCallCounts::default(),
-            fast_path: true,
-            last_batch_at: None,
-        }
+        let backend = match self {
+            Store::Sqlite(_) => Backend::Sqlite(self.clone()),
+            Store::Postgres(pool) => Backend::Postgres(Box::new(PgWriter::new(pool.clone()))),
+        };
+        BatchWriter { backend }
     }
 }
 
 impl BatchWriter {
-    /// This writer with PostgreSQL's fast path (the one-call functions `cairn_complete_and_claim` and
-    /// `cairn_complete_leaves_and_claim`) on or off; on by default. Off, every batch takes the general path, as
-    /// on SQLite, and [`BatchWriter::one_call_counts`] and [`BatchWriter::leaf_call_counts`] stay zero.
+    /// This writer with PostgreSQL's fast path (the one-call functions) on or off; on by default. Off, every
+    /// batch takes the general path, as on SQLite, and [`BatchWriter::fast_path_counts`] stays zero.
     #[must_use]
     pub fn with_fast_path(mut self, on: bool) -> Self {
-        self.fast_path = on;
+        if let Backend::Postgres(writer) = &mut self.backend {
+            writer.set_fast_path(on);
+        }
         self
     }
 
     /// [`Store::write_batch`], on the writer's own connection: the same semantics, errors and retries (a
-    /// deadlock or serialization failure, after which the transaction was rolled back, runs it again on the same
-    /// connection: five tries in all).
+    /// deadlock or serialization failure, after which the transaction was rolled back, runs it again: five
+    /// tries in all).
     ///
-    /// A held connection that the server closed while the writer was idle (a database restart, a terminated
-    /// session) fails at `BEGIN`, before anything was applied: it is dropped and the transaction begins on a
-    /// fresh one from the pool, up to once per pooled connection. After any other error the connection is closed,
-    /// not returned to the pool, so a connection left in an unknown state is never reused by anyone. When the
-    /// connection is lost while `COMMIT` is under way, the steps the batch leased are read back on a fresh
-    /// connection ([`lost_commit`]): found, the batch is answered as committed, leases and all; not found, it is
-    /// written again (within the same once-per-pooled-connection budget as a connection closed at `BEGIN`); with
-    /// nothing leased to read it by, it fails with the retryable `Database` error as before
-    /// (reports are fenced by their lease, so a worker's resent report changes nothing).
-    ///
-    /// A batch with new runs always takes the general path: the one-call functions know only reports and claims.
+    /// On PostgreSQL, a held connection that the server closed while the writer was idle (a database restart, a
+    /// terminated session) fails at `BEGIN`, before anything was applied: it is dropped and the transaction
+    /// begins on a fresh one from the pool, up to once per pooled connection. After any other error the
+    /// connection is closed, not returned to the pool, so a connection left in an unknown state is never reused
+    /// by anyone. When the connection is lost while `COMMIT` is under way, the steps the batch leased are read
+    /// back on a fresh connection: found, the batch is answered as committed, leases and all; not found, it is
+    /// written again (within the same budget); with nothing leased to read it by, it fails with the retryable
+    /// `Database` error (reports are fenced by their lease, so a worker's resent report changes nothing). A
+    /// batch with new runs always takes the general path.
     ///
     /// # Errors
     /// As [`Store::write_batch`].
-    #[allow(clippy::too_many_arguments)]
-    pub async fn write_batch(
-        &mut self,
-        runs: &[NewRun],
-        items: &[ReportItem],
-        claims: &[ClaimRequest],
-        limits: ReportLimits,
-        lease_ttl_ms: i64,
-        now_ms: i64,
-        handoff: Handoff<'_>,
-    ) -> StoreResult<BatchOutcome> {
-        let Store::Postgres(pool) = &self.store else {
-            return self.store.write_batch(runs, items, claims, limits, lease_ttl_ms, now_ms, handoff).await;
-        };
-        if self.last_batch_at.is_some_and(|at| at.elapsed() > postgres::PING_AFTER_IDLE)
-            && let Some(connection) = self.held.as_mut()
-            && let Err(e) = postgres::ping_within_deadline(connection, pool).await
-        {
-            tracing::debug!(error = %e, "the writer's idle connection did not answer a ping; taking another");
-            deadline::discard(&mut self.held);
+    pub async fn write_batch(&mut self, batch: &Batch<'_>) -> StoreResult<BatchOutcome> {
+        match &mut self.backend {
+            Backend::Sqlite(store) => store.write_batch(batch).await,
+            Backend::Postgres(writer) => writer.write_batch(batch).await,
         }
-        self.last_batch_at = Some(std::time::Instant::now());
-        // Tried in one call only for a lease this writer handed out for a step with a successor
-        // (`Claimed::successor_action`) that the riding claim serves: otherwise the call would fall back, a round
-        // trip for nothing.
-        let successors = &self.successors;
-        let only_reports = runs.is_empty() && self.fast_path;
-        let candidate = only_reports
-            .then(|| {
-                Candidate::of(items, claims, limits, |lease, claim| {
-                    successors.get(lease).is_some_and(|action| claim.actions.contains(action))
-                })
-            })
-            .flatten();
-        // Leaf completions with their claims, when no chain step is: after a fallback (a leased step with a
-        // placeholder, a run ending), the next batches go the general way without asking, or even looking.
-        let leaf_batch = if !only_reports || candidate.is_some() {
-            None
-        } else if self.leaf_pause > 0 {
-            self.leaf_pause -= 1;
-            None
-        } else {
-            LeafBatch::of(items, claims, limits, |lease| self.leaves.contains(lease))
-        };
-        for item in items {
-            self.successors.remove(&item.lease);
-            self.leaves.remove(&item.lease);
-        }
-        let in_one = match (candidate, leaf_batch) {
-            (Some(candidate), _) => {
-                let tried = one_call(
-                    &mut self.held,
-                    pool,
-                    async |connection| complete_and_claim(connection, &candidate, lease_ttl_ms, now_ms).await,
-                    async || committed(pool, &candidate, now_ms).await,
-                )
-                .await;
-                self.one_call.count(&tried);
-                tried.outcome(|row| outcome(row, &candidate, now_ms))
-            }
-            (None, Some(batch)) => {
-                let tried = one_call(
-                    &mut self.held,
-                    pool,
-                    async |connection| complete_leaves_and_claim(connection, &batch, lease_ttl_ms, now_ms).await,
-                    async || complete_leaves::committed(pool, &batch, now_ms).await,
-                )
-                .await;
-                self.leaf_call.count(&tried);
-                if matches!(tried, OneCall::FellBack) {
-                    self.leaf_pause = LEAF_PAUSE_BATCHES;
-                }
-                tried.outcome(|rows| complete_leaves::outcome(rows, &batch, now_ms))
-            }
-            (None, None) => None,
-        };
-        let outcome = match in_one {
-            Some(outcome) => outcome,
-            None => {
-                let batch = Batch { runs, items, claims, limits, lease_ttl_ms, now_ms, handoff };
-                write_general(&mut self.held, pool, &batch).await
-            }
-        };
-        if let Ok(outcome) = &outcome {
-            self.remember(outcome);
-        }
-        outcome
     }
 
-    /// How the chain steps this writer tried in one call (`cairn_complete_and_claim`) ended (for tests and
-    /// metrics).
+    /// How the batches tried on PostgreSQL's fast path ended (for metrics and tests).
     #[must_use]
-    pub fn one_call_counts(&self) -> OneCallCounts {
-        self.one_call
-    }
-
-    /// How the leaf batches this writer tried in one call (`cairn_complete_leaves_and_claim`) ended (for tests
-    /// and metrics).
-    #[must_use]
-    pub fn leaf_call_counts(&self) -> OneCallCounts {
-        self.leaf_call
-    }
-
-    /// Remembers the leases of the outcome's claimed steps that have a successor, with its action. Leases that
-    /// are never reported (their worker vanished) would stay: past [`MAX_REMEMBERED`] the map starts again
-    /// empty, which only sends completions the general way.
-    fn remember(&mut self, outcome: &BatchOutcome) {
-        for step in outcome.claimed.iter().chain(&outcome.handed).flatten() {
-            if step.leaf {
-                if self.leaves.len() >= MAX_REMEMBERED {
-                    self.leaves.clear();
-                }
-                self.leaves.insert(step.lease.clone());
-            }
-            let Some(action) = &step.successor_action else { continue };
-            if self.successors.len() >= MAX_REMEMBERED {
-                self.successors.clear();
-            }
-            self.successors.insert(step.lease.clone(), action.clone());
-        }
-    }
-}
-
-#[cfg(test)]
-impl BatchWriter {
-    /// The successor's action remembered for `lease`, if any.
-    pub(crate) fn successor_of(&self, lease: &Lease) -> Option<&str> {
-        self.successors.get(lease).map(String::as_str)
-    }
-}
-
-/// Most leases [`BatchWriter`] remembers as worth a one-call completion, per kind (about 150 bytes each).
-const MAX_REMEMBERED: usize = 65_536;
-
-/// Batches sent the general way after the leaf call fell back, before it is tried again: a workload whose leaf
-/// batches always fall back (leased steps with placeholders, say) then pays at most one wasted round trip in this
-/// many batches.
-const LEAF_PAUSE_BATCHES: u32 = 32;
-
-/// The general path: the batch's transaction on the held connection, retried as [`BatchWriter::write_batch`]
-/// says.
-async fn write_general(
-    held: &mut Option<PoolConnection<Postgres>>,
-    pool: &PgPool,
-    batch: &Batch<'_>,
-) -> StoreResult<BatchOutcome> {
-    // `tries`: tries that reached past `BEGIN`; `silent`: `COMMIT`s that got no answer within the deadline.
-    let (mut tries, mut closed, mut silent) = (0_u32, 0_u32, 0_u32);
-    loop {
-        match write_once(held, pool, batch).await {
-            Attempt::Closed(e) if closed < postgres::MAX_CONNECTIONS => {
-                tracing::debug!(error = %e, "the writer's connection was closed; beginning on another");
-                closed += 1;
-                deadline::discard(held);
-            }
-            Attempt::Closed(e) => {
-                deadline::discard(held);
-                return Err(e.into());
-            }
-            Attempt::Done(Ok(outcome)) => return Ok(outcome),
-            Attempt::CommitLost(outcome, e) => {
-                deadline::discard(held);
-                match lost_commit::leases_committed(pool, &outcome, batch.now_ms).await {
-                    Ok(Some(true)) => {
-                        tracing::debug!(error = %e, "a batch's COMMIT answer was lost; its leases show it committed");
-                        return Ok(outcome);
-                    }
-                    // A `COMMIT` without an answer may still be under way on a live but slow server, invisible to
-                    // the read until it ends: written again once only, not once per pooled connection.
-                    Ok(Some(false)) if closed < postgres::MAX_CONNECTIONS && silent == 0 => {
-                        silent += u32::from(deadline::is_no_answer(&e));
-                        tracing::debug!(error = %e, "a batch's COMMIT was lost before it committed; writing it again");
-                        closed += 1;
-                    }
-                    // Nothing leased to read the outcome by, or the read failed: unknown, as a lost `COMMIT` is.
-                    _ => return Err(e.into()),
-                }
-            }
-            Attempt::Done(Err(e)) => {
-                tries += 1;
-                let Some(pause) = conflict_pause(&e, tries) else {
-                    deadline::discard(held);
-                    return Err(e);
-                };
-                tracing::debug!(error = %e, tries, "transaction conflict; retrying");
-                tokio::time::sleep(pause).await;
+    pub fn fast_path_counts(&self) -> FastPathCounts {
+        match &self.backend {
+            Backend::Sqlite(_) => FastPathCounts::default(),
+            Backend::Postgres(writer) => {
+                FastPathCounts { chain: writer.one_call_counts(), leaves: writer.leaf_call_counts() }
             }
         }
     }
-}
 
-/// How a one-call batch ([`in_one_call`], [`leaves_in_one_call`]) ended.
-enum OneCall<T> {
-    /// The call committed and returned this.
-    Committed(T),
-    /// Nothing was written: take the general path.
-    FellBack,
-    /// The connection was lost and what committed could not be read.
-    Unknown(StoreError),
-    /// No connection could be had for the call: take the general path (which reports the pool's error).
-    NotTried,
-}
-
-impl<T> OneCall<T> {
-    /// The batch's outcome, `of` what the call returned; `None` when the general path must write the batch.
-    fn outcome(self, of: impl FnOnce(T) -> StoreResult<BatchOutcome>) -> Option<StoreResult<BatchOutcome>> {
-        match self {
-            OneCall::Committed(value) => Some(of(value)),
-            OneCall::Unknown(e) => Some(Err(e)),
-            OneCall::FellBack | OneCall::NotTried => None,
+    /// The PostgreSQL writer, for the fast path's own tests.
+    #[cfg(test)]
+    pub(crate) fn postgres(&self) -> Option<&PgWriter> {
+        match &self.backend {
+            Backend::Postgres(writer) => Some(writer),
+            Backend::Sqlite(_) => None,
         }
-    }
-}
-
-impl OneCallCounts {
-    fn count<T>(&mut self, tried: &OneCall<T>) {
-        match tried {
-            OneCall::Committed(_) => self.committed += 1,
-            OneCall::FellBack => self.fell_back += 1,
-            OneCall::Unknown(_) => self.unknown += 1,
-            OneCall::NotTried => {}
-        }
-    }
-}
-
-/// The held connection, taken from `pool` when none is held; `None` when the pool has none to give.
-async fn held_connection<'c>(
-    held: &'c mut Option<PoolConnection<Postgres>>,
-    pool: &PgPool,
-) -> Option<&'c mut PoolConnection<Postgres>> {
-    match held {
-        Some(connection) => Some(connection),
-        None => pool.acquire().await.ok().map(|connection| held.insert(connection)),
-    }
-}
-
-/// A batch in one `call` on the held connection (taken from `pool` when none is): the chain call
-/// ([`complete_and_claim`]) or the leaf call ([`complete_leaves_and_claim`]), each `Ok(None)` when the function
-/// left the batch to the general path.
-///
-/// After an error the connection is dropped; an error other than a lost connection rolled the call back. When
-/// the connection was lost during the call, the call may have committed before its answer was lost, so
-/// `read_back` reads on a fresh connection what it committed ([`committed`], [`complete_leaves::committed`]):
-/// the batch is then answered from that, or goes the general way if nothing was found (the usual case: the
-/// connection was already closed when the call was sent, after a database restart or a terminated session).
-/// Either read-back also hands out the steps the call leased rather than leaving them to lease expiry (where a
-/// non-idempotent step would be parked as `outcome_unknown` though it never started).
-async fn one_call<T>(
-    held: &mut Option<PoolConnection<Postgres>>,
-    pool: &PgPool,
-    call: impl AsyncFnOnce(&mut sqlx::PgConnection) -> Result<Option<T>, sqlx::Error>,
-    read_back: impl AsyncFnOnce() -> Result<Option<T>, sqlx::Error>,
-) -> OneCall<T> {
-    let Some(connection) = held_connection(held, pool).await else { return OneCall::NotTried };
-    let error = match deadline::answered(pool, call(connection)).await {
-        Ok(Some(value)) => return OneCall::Committed(value),
-        Ok(None) => return OneCall::FellBack,
-        Err(e) => e,
-    };
-    deadline::discard(held);
-    if !postgres::lost_connection(&error) {
-        tracing::debug!(error = %error, "a one-call batch failed; taking the general path");
-        return OneCall::FellBack;
-    }
-    tracing::debug!(error = %error, "the connection was lost during a one-call batch; reading what committed");
-    // Within the deadline, its connection closed past it (`postgres::on_a_live_connection`).
-    match read_back().await {
-        Ok(Some(value)) => OneCall::Committed(value),
-        Ok(None) => OneCall::FellBack,
-        Err(e) => OneCall::Unknown(e.into()),
-    }
-}
-
-/// How one try at a batch's transaction ended.
-enum Attempt {
-    /// The connection was already closed at `BEGIN`: nothing was applied.
-    Closed(sqlx::Error),
-    /// The connection was lost while `COMMIT` was under way: the transaction, which would have had this
-    /// outcome, may have committed or not ([`lost_commit`] tells).
-    CommitLost(BatchOutcome, sqlx::Error),
-    /// Committed, or failed after `BEGIN` (rolled back).
-    Done(StoreResult<BatchOutcome>),
-}
-
-/// The arguments of one [`BatchWriter::write_batch`] call.
-struct Batch<'a> {
-    runs: &'a [NewRun],
-    items: &'a [ReportItem],
-    claims: &'a [ClaimRequest],
-    limits: ReportLimits,
-    lease_ttl_ms: i64,
-    now_ms: i64,
-    handoff: Handoff<'a>,
-}
-
-/// One transaction of [`BatchWriter::write_batch`] on the held connection (taken from `pool` when none is).
-async fn write_once(held: &mut Option<PoolConnection<Postgres>>, pool: &PgPool, batch: &Batch<'_>) -> Attempt {
-    let mut tx = match deadline::answered(pool, postgres::begin_on(held, pool)).await {
-        Ok(tx) => tx,
-        // A connection that gives no answer is not a dead pooled one to replace at once: the next would likely
-        // wait out the same deadline.
-        Err(e) if postgres::lost_connection(&e) && !deadline::is_no_answer(&e) => return Attempt::Closed(e),
-        Err(e) => return Attempt::Done(Err(e.into())),
-    };
-    let written = deadline::answered(pool, async {
-        let mut events = Vec::new();
-        let Batch { runs, items, claims, limits, lease_ttl_ms, now_ms, handoff } = *batch;
-        let outcome =
-            report_batch(&mut tx, runs, items, claims, limits, lease_ttl_ms, now_ms, handoff, &mut events).await?;
-        tx::StepTx::events_insert(&mut tx, &events).await?;
-        Ok::<_, StoreError>(outcome)
-    })
-    .await;
-    let outcome = match written {
-        Ok(outcome) => outcome,
-        Err(e) => return Attempt::Done(Err(e)),
-    };
-    match deadline::answered(pool, tx.commit()).await {
-        Ok(()) => Attempt::Done(Ok(outcome)),
-        Err(e) if postgres::lost_connection(&e) => Attempt::CommitLost(outcome, e),
-        Err(e) => Attempt::Done(Err(e.into())),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use sqlx::PgPool;
-
-    use super::*;
-
-    /// The server process behind the writer's held connection.
-    async fn backend_of(writer: &mut BatchWriter) -> i32 {
-        let held = writer.held.as_mut().expect("the writer holds a connection");
-        sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut **held).await.expect("pid")
-    }
-
-    #[sqlx::test(migrations = false)]
-    #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
-    async fn the_writer_runs_its_batches_on_one_held_connection(pool: PgPool) {
-        let store = Store::Postgres(pool);
-        store.migrate().await.expect("migrations apply");
-        let mut writer = store.batch_writer();
-        let claim = [ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 4, now_ms: 1 }];
-        let limits = ReportLimits { max_output_bytes: 1024 };
-        let nobody = |_: usize| Vec::new();
-        writer.write_batch(&[], &[], &claim, limits, 30_000, 1, &nobody).await.expect("a first batch");
-        let first = backend_of(&mut writer).await;
-
-        writer.write_batch(&[], &[], &claim, limits, 30_000, 2, &nobody).await.expect("a second batch");
-
-        assert_eq!(backend_of(&mut writer).await, first, "the second batch ran on the connection the first left held");
     }
 }

@@ -88,7 +88,7 @@ async fn a_chain_step_whose_one_call_meets_a_closed_connection_goes_through_the_
     let mut writer = store.batch_writer();
     let first = batch(&mut writer, &[], 1).await;
     let a = first.expect("a is claimed").claimed[0][0].clone();
-    assert_eq!(a.successor_action.as_deref(), Some("noop"), "a's completion would be tried in one call");
+    assert_eq!(a.completion.successor_action(), Some("noop"), "a's completion would be tried in one call");
     let mut admin = options.connect().await.expect("a separate session");
     assert!(end_every_session(&mut admin, &database).await >= 1, "the writer's session was ended");
     admin.close().await.expect("closed");
@@ -103,7 +103,7 @@ async fn a_chain_step_whose_one_call_meets_a_closed_connection_goes_through_the_
     let events = store.events("r1", 0, 100).await.expect("events");
     let kinds = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
     assert_eq!((kinds("step_succeeded"), kinds("step_started")), (1, 2), "written once: {events:?}");
-    let tried = writer.one_call_counts();
+    let tried = writer.fast_path_counts().chain;
     assert_eq!((tried.committed, tried.fell_back), (0, 1), "the call met the closed connection and wrote nothing");
 }
 
@@ -118,7 +118,7 @@ async fn a_leaf_batch_whose_call_meets_a_closed_connection_goes_through_the_gene
     let mut writer = store.batch_writer();
     let first = batch(&mut writer, &[], 1).await;
     let first = first.expect("a root is claimed").claimed[0][0].clone();
-    assert!(first.leaf, "its completion would be tried in the leaf call");
+    assert!(first.completion.is_leaf(), "its completion would be tried in the leaf call");
     let mut admin = options.connect().await.expect("a separate session");
     assert!(end_every_session(&mut admin, &database).await >= 1, "the writer's session was ended");
     admin.close().await.expect("closed");
@@ -132,7 +132,7 @@ async fn a_leaf_batch_whose_call_meets_a_closed_connection_goes_through_the_gene
     let events = store.events("r1", 0, 100).await.expect("events");
     let kinds = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
     assert_eq!((kinds("step_succeeded"), kinds("step_started")), (1, 2), "written once: {events:?}");
-    let tried = writer.leaf_call_counts();
+    let tried = writer.fast_path_counts().leaves;
     assert_eq!((tried.committed, tried.fell_back), (0, 1), "the call met the closed connection and wrote nothing");
 }
 
@@ -157,7 +157,7 @@ async fn a_leaf_call_that_committed_before_its_answer_was_lost_is_answered_from_
     let handed: Vec<(&str, u32)> =
         outcome.claimed[0].iter().map(|c| (c.lease.step_id.as_str(), c.lease.attempt)).collect();
     assert_eq!(handed, [("b", 1)], "the step the call leased reaches the worker, not lease expiry");
-    let tried = writer.leaf_call_counts();
+    let tried = writer.fast_path_counts().leaves;
     assert_eq!((tried.committed, tried.fell_back, tried.unknown), (1, 0, 0), "counted as the call that committed");
     let status = steps_of_r1(&store).await;
     assert_eq!(status, [("a".into(), "succeeded".into(), 1), ("b".into(), "running".into(), 1)], "written once");

@@ -111,7 +111,7 @@ async fn a_leaf_call_that_gets_no_answer_is_read_back_and_written_the_general_wa
         store_behind_with(&options, b"cairn_complete_leaves_and_claim", true, Loss::Silence, DEADLINE).await;
     let mut writer = store.batch_writer();
     let first = batch(&mut writer, &[], 1).await.expect("a root is claimed").claimed[0][0].clone();
-    assert!(first.leaf, "its completion is tried in the leaf call");
+    assert!(first.completion.is_leaf(), "its completion is tried in the leaf call");
     armed.store(true, Ordering::SeqCst);
 
     let done = ReportItem { lease: first.lease.clone(), kind: ReportKind::Complete(serde_json::json!({"ok": true})) };
@@ -121,7 +121,7 @@ async fn a_leaf_call_that_gets_no_answer_is_read_back_and_written_the_general_wa
     let outcome = after.expect("past the deadline, read back, then written the general way");
     assert_eq!(outcome.reports, [Report::Succeeded], "the completion is recorded");
     assert_eq!(outcome.claimed[0].len(), 1, "and its claim got the other root");
-    let tried = writer.leaf_call_counts();
+    let tried = writer.fast_path_counts().leaves;
     assert_eq!((tried.committed, tried.fell_back, tried.unknown), (0, 1, 0), "the call never reached the server");
     let events = store.events("r1", 0, 100).await.expect("events");
     let kinds = |kind: &str| events.iter().filter(|e| e.kind == kind).count();

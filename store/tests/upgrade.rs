@@ -1,6 +1,7 @@
 //! A database created by the migrations before step facts (through 0011) upgrades: a run caught mid-flight keeps
-//! going and finishes, its pending steps given the `starts_itself` fact the statements now compare, and on
-//! PostgreSQL the stored functions are redefined from `store/sql/postgres/functions/`.
+//! going and finishes, its pending steps given the `starts_itself` fact the statements now compare; a run with
+//! a step already failed is counted (`runs.failed_steps`) and so still ends failed; and on PostgreSQL the stored
+//! functions are redefined from `store/sql/postgres/functions/`.
 //!
 //! The old schema is made by applying the migrations up to 0011 from a copy of their files, and the mid-flight
 //! run is written with the statements of that schema (no code of this version touches it before the upgrade).
@@ -68,6 +69,35 @@ const OLD_RUN: [&str; 5] = [
     "SELECT 1",
 ];
 
+/// When the step of [`OLD_FAILED_RUN`] that is left comes due: after the chain of [`OLD_RUN`] finished.
+const LATER: i64 = T0 + 86_400_000;
+
+/// A second mid-flight run: `x` failed, `y` (`all_done`, so it runs anyway) ready from [`LATER`].
+const OLD_FAILED_RUN: [&str; 3] = [
+    "INSERT INTO runs (id, plan_id, status, input, context, step_count, open_steps, created_at, updated_at) \
+     VALUES ('r-failed', 'p-old', 'running', '{}', '{}', 2, 1, 1767225600000, 1767225600000)",
+    "INSERT INTO steps (run_id, step_id, position, action, status, args, when_expr, trigger_rule, idempotent, \
+     timeout_ms, retry, dep_count, pending_deps, available_at, updated_at, child_count, successor_action, error, \
+     attempt) VALUES \
+     ('r-failed', 'x', 0, 'noop', 'failed', '{}', NULL, 'all_success', 1, 60000, '{\"max_attempts\":1}', 0, 0, \
+       NULL, 1767225600000, 1, NULL, '{\"code\":\"bad_request\",\"message\":\"no\"}', 1), \
+     ('r-failed', 'y', 1, 'noop', 'ready', '{}', NULL, 'all_done', 1, 60000, '{\"max_attempts\":1}', 1, 0, \
+       1767312000000, 1767225600000, 0, NULL, NULL, 0)",
+    "INSERT INTO step_edges (run_id, parent, child) VALUES ('r-failed', 'x', 'y')",
+];
+
+/// Runs the second old run's last step: the run ends failed, naming the step that failed before the upgrade.
+async fn finish_the_failed_run(store: &Store) {
+    let claimed = claim(store, LATER).await;
+    let ids: Vec<&str> = claimed.iter().map(|c| c.lease.step_id.as_str()).collect();
+    assert_eq!(ids, ["y"], "the all_done step runs after its failed dependency");
+    let report = store.complete(&claimed[0].lease, &json!({}), LIMITS, LATER).await.unwrap();
+    assert_eq!(report, Report::Succeeded);
+    let run = store.run_detail("r-failed").await.unwrap().unwrap().run;
+    assert_eq!(run.status, "failed", "the step that failed before the upgrade still fails the run");
+    assert_eq!(run.failure.unwrap()["step_id"], "x");
+}
+
 async fn claim(store: &Store, now: i64) -> Vec<Claimed> {
     let req = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 10, now_ms: now };
     store.claim(&req, TTL).await.unwrap()
@@ -114,8 +144,8 @@ async fn a_sqlite_database_of_the_previous_schema_upgrades_and_its_run_finishes(
     {
         let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
         old.migrator().await.run(&pool).await.unwrap();
-        for statement in OLD_RUN {
-            sqlx::query(statement).execute(&pool).await.unwrap();
+        for statement in OLD_RUN.iter().chain(&OLD_FAILED_RUN) {
+            sqlx::query(*statement).execute(&pool).await.unwrap();
         }
         pool.close().await;
     }
@@ -130,6 +160,7 @@ async fn a_sqlite_database_of_the_previous_schema_upgrades_and_its_run_finishes(
             .unwrap();
     assert_eq!(facts, [("a".into(), 0), ("b".into(), 1), ("c".into(), 0)], "pending steps get their fact");
     finish_the_old_run(&store).await;
+    finish_the_failed_run(&store).await;
 }
 
 #[sqlx::test(migrations = false)]
@@ -137,8 +168,8 @@ async fn a_sqlite_database_of_the_previous_schema_upgrades_and_its_run_finishes(
 async fn a_postgres_database_of_the_previous_schema_upgrades_and_its_run_finishes(pool: sqlx::PgPool) {
     let old = OldMigrations::copy("postgres", "postgres");
     old.migrator().await.run(&pool).await.unwrap();
-    for statement in OLD_RUN {
-        sqlx::query(statement).execute(&pool).await.unwrap();
+    for statement in OLD_RUN.iter().chain(&OLD_FAILED_RUN) {
+        sqlx::query(*statement).execute(&pool).await.unwrap();
     }
     let chain_before: String = sqlx::query_scalar("SELECT pg_get_functiondef('cairn_complete_and_claim'::regproc)")
         .fetch_one(&pool)
@@ -165,4 +196,5 @@ async fn a_postgres_database_of_the_previous_schema_upgrades_and_its_run_finishe
     assert_eq!(facts, [("a".into(), 0), ("b".into(), 1), ("c".into(), 0)], "pending steps get their fact");
     store.migrate().await.expect("migrating again changes nothing");
     finish_the_old_run(&store).await;
+    finish_the_failed_run(&store).await;
 }

@@ -5,7 +5,10 @@
 //! - [`decide`]: the decision for a pending step (trigger rule, then `when`, then approval and timer), the one
 //!   every store calls; [`starts_itself`]: the fact stored at submission that lets a store's statement make a
 //!   step ready by comparing counters.
-//! - [`run_outcome`]: the final status of a run whose steps are all final.
+//! - [`run_outcome`]: the final status of a run whose steps are all final; [`run_end`]: whether and how a run
+//!   ends, from the counters a store keeps on its row ([`RunCounters`], changed by [`StepsClosed`]).
+//! - [`OperatorAction::rule`]: what an operator's retry, skip or fail does to a parked step, and which approval
+//!   end an approve or reject is.
 //! - [`RunGraph`]: a whole run in memory; [`RunGraph::apply`] takes an [`Event`] and returns the
 //!   [`Transition`]s it causes, cascading readiness, `when` and skip propagation level by level, in the order of
 //!   the stores' events. The stores apply the same [`decide`] incrementally against the database; `RunGraph` is
@@ -141,6 +144,8 @@ pub enum Event {
     Approved(String),
     /// A human rejected a step waiting for approval.
     Rejected(String),
+    /// An operator acted on a step parked as `outcome_unknown` (retry, skip or fail).
+    Operator(String, OperatorAction),
     /// The whole run was cancelled.
     RunCancelled,
 }
@@ -167,9 +172,13 @@ pub enum Transition {
 }
 
 mod decide;
+mod operator;
+mod run_end;
 mod run_graph;
 
 pub use decide::{
     ApprovalEnd, Decision, Next, SkipReason, StepRules, WhenPending, after_approval, decide, starts_itself,
 };
+pub use operator::{OperatorAction, OperatorRule};
+pub use run_end::{RunCounters, StepsClosed, run_end};
 pub use run_graph::RunGraph;

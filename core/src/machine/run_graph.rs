@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use serde_json::{Map, Value, json};
 
 use super::decide::{ApprovalEnd, Decision, Next, StepRules, after_approval, decide, starts_itself};
-use super::{AfterFailure, Event, FailedAttempt, Transition, after_failure, run_outcome};
+use super::operator::{OperatorAction, OperatorRule};
+use super::run_end::{RunCounters, StepsClosed, run_end};
+use super::{AfterFailure, Event, FailedAttempt, Transition, after_failure};
 use crate::condition::{Condition, ConditionScope};
 use crate::plan::Plan;
 use crate::retry::RetryPolicy;
@@ -25,6 +27,8 @@ pub struct RunGraph {
     attempts: Vec<u32>,
     outputs: Vec<Option<Value>>,
     run: RunStatus,
+    /// The counters a store keeps on the run row, kept the same way ([`StepsClosed`]).
+    counters: RunCounters,
 }
 
 impl RunGraph {
@@ -59,6 +63,11 @@ impl RunGraph {
             attempts: vec![0; n],
             outputs: vec![None; n],
             run: RunStatus::Running,
+            counters: RunCounters {
+                open_steps: i64::try_from(n).unwrap_or(i64::MAX),
+                failed_steps: 0,
+                cancel_requested: false,
+            },
         };
         let mut out = vec![Transition::Run(RunStatus::Running)];
         // As a submission does: the roots that start by themselves are inserted ready (plan order), then the
@@ -138,9 +147,24 @@ impl RunGraph {
             Event::Rejected(id) => {
                 self.end_approval(&id, &ApprovalEnd::Rejected { by: "operator".into() }, &mut out);
             }
+            Event::Operator(id, action) => self.operate(&id, action, &mut out),
             Event::RunCancelled => self.cancel(&mut out),
         }
         out
+    }
+
+    fn operate(&mut self, id: &str, action: OperatorAction, out: &mut Vec<Transition>) {
+        match action.rule("operator") {
+            OperatorRule::Approval(end) => self.end_approval(id, &end, out),
+            OperatorRule::Parked { to } => {
+                let Some(i) = self.index_in(id, StepStatus::OutcomeUnknown) else { return };
+                if to.is_final() {
+                    self.finish(i, to, out);
+                } else {
+                    self.set(i, to, out);
+                }
+            }
+        }
     }
 
     fn end_approval(&mut self, id: &str, end: &ApprovalEnd, out: &mut Vec<Transition>) {
@@ -213,10 +237,11 @@ impl RunGraph {
             }
             level = self.candidates(&finals);
         }
-        if self.run == RunStatus::Running && self.status.iter().all(|s| s.is_final()) {
-            let failed = self.status.iter().filter(|s| **s == StepStatus::Failed).count();
-            self.run = run_outcome(false, failed);
-            out.push(Transition::Run(self.run));
+        if self.run == RunStatus::Running
+            && let Some(end) = run_end(self.counters)
+        {
+            self.run = end;
+            out.push(Transition::Run(end));
         }
     }
 
@@ -254,6 +279,11 @@ impl RunGraph {
     }
 
     fn set(&mut self, i: usize, to: StepStatus, out: &mut Vec<Transition>) {
+        if to.is_final() && !self.status[i].is_final() {
+            let closed = StepsClosed::of([to]);
+            self.counters.open_steps -= closed.steps;
+            self.counters.failed_steps += closed.failed;
+        }
         self.status[i] = to;
         out.push(Transition::Step { step: self.plan.steps[i].id.clone(), to });
     }

@@ -105,12 +105,12 @@ pub(super) fn spawn_writer(engine: Weak<Inner>, mut queue: mpsc::Receiver<Pendin
             let Some(inner) = engine.upgrade() else { break };
             let writer =
                 writer.get_or_insert_with(|| inner.store.batch_writer().with_fast_path(inner.config.pg_fast_path));
-            let before = (writer.one_call_counts(), writer.leaf_call_counts());
+            let before = writer.fast_path_counts();
             let engine = Engine { inner };
             engine.write(writer, std::mem::take(&mut batch)).await;
-            let after = (writer.one_call_counts(), writer.leaf_call_counts());
-            engine.inner.metrics.one_call("chain", since(before.0, after.0));
-            engine.inner.metrics.one_call("leaves", since(before.1, after.1));
+            let after = writer.fast_path_counts();
+            engine.inner.metrics.one_call("chain", since(before.chain, after.chain));
+            engine.inner.metrics.one_call("leaves", since(before.leaves, after.leaves));
         }
     });
 }
@@ -286,8 +286,17 @@ impl Engine {
             waiters.iter().map(|w| w.request.clone()).collect()
         };
         let (limits, ttl) = (self.report_limits(), self.lease_ttl_ms());
-        let mut result =
-            writer.write_batch(&batch.runs, &batch.reports, &batch.claims, limits, ttl, now, &handoff).await;
+        let mut result = writer
+            .write_batch(&cairn_store::Batch {
+                runs: &batch.runs,
+                reports: &batch.reports,
+                claims: &batch.claims,
+                limits,
+                lease_ttl_ms: ttl,
+                now_ms: now,
+                handoff: &handoff,
+            })
+            .await;
         if let Err(error) = &result
             && !batch.runs.is_empty()
         {
@@ -298,7 +307,17 @@ impl Engine {
             // A run may be what failed the batch (its idempotency key taken by a concurrent transaction): the
             // reports and claims are written again without the runs, unless the database is unreachable.
             if !error.is_unreachable() && batch.len() > 0 {
-                result = writer.write_batch(&[], &batch.reports, &batch.claims, limits, ttl, now, &handoff).await;
+                result = writer
+                    .write_batch(&cairn_store::Batch {
+                        runs: &[],
+                        reports: &batch.reports,
+                        claims: &batch.claims,
+                        limits,
+                        lease_ttl_ms: ttl,
+                        now_ms: now,
+                        handoff: &handoff,
+                    })
+                    .await;
             }
         }
         let waiters = taken.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).unwrap_or_default();

@@ -11,7 +11,7 @@ use cairn_core::plan::{Approval, TriggerRule};
 use serde_json::{Value, json};
 
 use super::event;
-use super::settle::after_final;
+use super::settle::{Finished, after_final};
 use crate::error::{StoreError, StoreResult};
 use crate::rows::EventInsert;
 use crate::wait_tx::{ApprovalDecide, ApprovalRow, WaitTx};
@@ -75,8 +75,8 @@ pub(crate) async fn decide<T: WaitTx>(
         return Ok(ApprovalOutcome::WrongState);
     }
     events.push(event(run_id, Some(step_id), kind, json!({"by": actor, "outcome": status}), now));
-    if status != "ready" {
-        after_final(tx, run_id, vec![step_id.to_owned()], now, events).await?;
+    if let Some(to) = decision.status().filter(|s| s.is_final()) {
+        after_final(tx, run_id, vec![Finished::new(step_id, to)], now, events).await?;
     }
     Ok(ApprovalOutcome::Decided)
 }
@@ -129,8 +129,8 @@ async fn expire<T: WaitTx>(
         _ => ("step_ready", json!({"available_at": available_at})),
     };
     events.push(event(&row.run_id, Some(&row.step_id), kind, data, now));
-    if status != "ready" {
-        after_final(tx, &row.run_id, vec![row.step_id.clone()], now, events).await?;
+    if let Some(to) = decision.status().filter(|s| s.is_final()) {
+        after_final(tx, &row.run_id, vec![Finished::new(row.step_id.clone(), to)], now, events).await?;
     }
     Ok(true)
 }

@@ -27,20 +27,45 @@ use crate::tx::DialectTx;
 /// transaction is retried after a conflict, and must then return the same requests.
 pub type Handoff<'a> = &'a (dyn Fn(usize) -> Vec<ClaimRequest> + Send + Sync);
 
-/// Creates `runs` in order, applies `items` in order, then the `claims` in order, then serves the hand-off
-/// requests.
-#[allow(clippy::too_many_arguments)]
+/// One batch of group commit ([`crate::Store::write_batch`], [`crate::BatchWriter::write_batch`]): applied in
+/// one transaction, runs first, then reports, then claims, then the hand-off.
+#[derive(Clone, Copy)]
+pub struct Batch<'a> {
+    /// New runs, created in order.
+    pub runs: &'a [NewRun],
+    /// Workers' reports, applied in order.
+    pub reports: &'a [ReportItem],
+    /// Claims, served in order.
+    pub claims: &'a [ClaimRequest],
+    /// Limits on what a report may carry.
+    pub limits: ReportLimits,
+    /// The lease TTL given to every step claimed.
+    pub lease_ttl_ms: i64,
+    /// The time of the batch (the orchestrator's clock).
+    pub now_ms: i64,
+    /// The waiting claimers to serve with what the batch made due.
+    pub handoff: Handoff<'a>,
+}
+
+impl std::fmt::Debug for Batch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("runs", &self.runs.len())
+            .field("reports", &self.reports.len())
+            .field("claims", &self.claims.len())
+            .field("now_ms", &self.now_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Creates the batch's runs in order, applies its reports in order, then its claims in order, then serves the
+/// hand-off requests.
 pub(crate) async fn report_batch<T: DialectTx>(
     tx: &mut T,
-    runs: &[NewRun],
-    items: &[ReportItem],
-    claims: &[ClaimRequest],
-    limits: ReportLimits,
-    lease_ttl_ms: i64,
-    now: i64,
-    handoff: Handoff<'_>,
+    batch: &Batch<'_>,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<BatchOutcome> {
+    let Batch { runs, reports: items, claims, limits, lease_ttl_ms, now_ms: now, handoff } = *batch;
     let created = submit::create_all(tx, runs, events).await?;
     let mut decided = complete_together(tx, items, limits, now, events).await?;
     let mut reports = Vec::with_capacity(items.len());

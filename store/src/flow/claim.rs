@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::event;
 use super::finish::fail;
 use crate::error::{StoreError, StoreResult};
-use crate::model::{ClaimRequest, Claimed, Lease};
+use crate::model::{ClaimRequest, Claimed, CompletionHint, Lease};
 use crate::rows::{ClaimedRow, EventInsert};
 use crate::tx::DialectTx;
 
@@ -83,8 +83,7 @@ pub(crate) fn claimed(row: ClaimedRow, lease: Lease, args: Value, now_ms: i64) -
         timeout_ms: row.timeout_ms,
         heartbeat_timeout_ms: row.heartbeat_timeout_ms,
         checkpoint,
-        successor_action: row.successor_action,
-        leaf: row.child_count == Some(0),
+        completion: CompletionHint { successor_action: row.successor_action, leaf: row.child_count == Some(0) },
     })
 }
 

@@ -1,15 +1,19 @@
 //! Cancellation, operator decisions, approvals and the lease reaper.
 
 use cairn_core::failure::{Failure, codes};
+use cairn_core::machine::{ApprovalEnd, OperatorAction, OperatorRule};
+use cairn_core::state::StepStatus;
 use serde_json::json;
 
 use super::event;
 use super::finish::{Report, fail};
-use super::settle::after_final;
+use super::settle::{Finished, after_final};
 use crate::error::StoreResult;
 use crate::model::{Lease, ReapRequest};
 use crate::rows::EventInsert;
 use crate::tx::{DialectTx, StepTx};
+use crate::wait_tx::WaitTx;
+use crate::waiting::ApprovalOutcome;
 
 /// Cancels a run and every open step: pending, ready (including those waiting on a timer or a retry backoff),
 /// running (the lease ends, late reports are ignored, heartbeats answer "gone"), waiting for approval, and parked
@@ -23,7 +27,7 @@ pub(crate) async fn cancel_run<T: StepTx>(
     if !tx.run_cancel(run_id, now).await? {
         return Ok(false);
     }
-    for (step_id, attempt, _) in tx.steps_cancel(run_id, now).await? {
+    for (step_id, attempt) in tx.steps_cancel(run_id, now).await? {
         events.push(event(run_id, Some(&step_id), "step_cancelled", json!({"attempt": attempt}), now));
     }
     tx.attempts_cancel(run_id, now).await?;
@@ -31,23 +35,9 @@ pub(crate) async fn cancel_run<T: StepTx>(
     Ok(true)
 }
 
-/// What an operator (or an approver) decides about a parked step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OperatorAction {
-    /// `outcome_unknown` → run it again (a new attempt).
-    Retry,
-    /// `outcome_unknown` → `skipped` (dependents follow their trigger rules).
-    Skip,
-    /// `outcome_unknown` → `failed`.
-    Fail,
-    /// `waiting_approval` → ready.
-    Approve,
-    /// `waiting_approval` → failed.
-    Reject,
-}
-
-/// Applies an operator decision; false when the step is not in the state the action applies to.
-pub(crate) async fn operate<T: StepTx>(
+/// Applies an operator decision ([`OperatorAction::rule`]); false when the step is not in the state the action
+/// applies to. Approve and reject are the approval decisions of [`super::approval::decide`], deadline included.
+pub(crate) async fn operate<T: StepTx + WaitTx>(
     tx: &mut T,
     run_id: &str,
     step_id: &str,
@@ -56,22 +46,29 @@ pub(crate) async fn operate<T: StepTx>(
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<bool> {
-    let (from, to, kind) = match action {
-        OperatorAction::Retry => ("outcome_unknown", "ready", "operator_retry"),
-        OperatorAction::Skip => ("outcome_unknown", "skipped", "operator_skip"),
-        OperatorAction::Fail => ("outcome_unknown", "failed", "operator_fail"),
-        OperatorAction::Approve => ("waiting_approval", "ready", "step_approved"),
-        OperatorAction::Reject => ("waiting_approval", "failed", "step_rejected"),
+    let to = match action.rule(actor) {
+        OperatorRule::Approval(end) => {
+            let approve = end == ApprovalEnd::Approved;
+            let outcome = super::approval::decide(tx, run_id, step_id, approve, actor, now, events).await?;
+            return Ok(outcome == ApprovalOutcome::Decided);
+        }
+        OperatorRule::Parked { to } => to,
     };
-    let is_final = matches!(to, "skipped" | "failed");
+    let kind = match to {
+        StepStatus::Ready => "operator_retry",
+        StepStatus::Skipped => "operator_skip",
+        _ => "operator_fail",
+    };
     // Ready now, or at the step's `not_before` timer if that is later (applied in `STEP_OPERATOR`).
-    let available_at = (to == "ready").then_some(now);
-    if !tx.step_operator(run_id, step_id, from, to, available_at, is_final.then_some(now), now).await? {
+    let available_at = (to == StepStatus::Ready).then_some(now);
+    let finished_at = to.is_final().then_some(now);
+    let parked = StepStatus::OutcomeUnknown.as_str();
+    if !tx.step_operator(run_id, step_id, parked, to.as_str(), available_at, finished_at, now).await? {
         return Ok(false);
     }
     events.push(event(run_id, Some(step_id), kind, json!({"by": actor}), now));
-    if is_final {
-        after_final(tx, run_id, vec![step_id.to_owned()], now, events).await?;
+    if to.is_final() {
+        after_final(tx, run_id, vec![Finished::new(step_id, to)], now, events).await?;
     }
     Ok(true)
 }

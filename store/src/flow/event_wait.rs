@@ -15,12 +15,13 @@ use std::collections::HashSet;
 
 use cairn_core::event_wait::{self, EventFilter, WaitArgs, WaitTimeout};
 use cairn_core::failure::{Failure, codes};
+use cairn_core::state::StepStatus;
 use serde_json::{Value, json};
 
 use super::claim::claim;
 use super::event;
 use super::finish::{Report, ReportLimits, complete, fail};
-use super::settle::after_final;
+use super::settle::{Finished, after_final};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{ClaimRequest, Lease};
 use crate::rows::{AttemptClose, EventInsert};
@@ -248,6 +249,7 @@ async fn skip<T: WaitTx>(
     tx.attempt_close(lease, &close, now).await?;
     let data = json!({"reason": "the event wait timed out (on_timeout: skip)"});
     events.push(event(&lease.run_id, Some(&lease.step_id), "step_skipped", data, now));
-    after_final(tx, &lease.run_id, vec![lease.step_id.clone()], now, events).await?;
+    after_final(tx, &lease.run_id, vec![Finished::new(lease.step_id.clone(), StepStatus::Skipped)], now, events)
+        .await?;
     Ok(Report::Succeeded)
 }

@@ -9,7 +9,7 @@ use cairn_core::retry::RetryPolicy;
 use cairn_core::state::StepStatus;
 use serde_json::{Value, json};
 
-use super::settle::{Finished, after_final_known, after_succeeded};
+use super::settle::{Finished, after_final, after_succeeded};
 use super::{event, rfc3339};
 use crate::error::{StoreError, StoreResult};
 use crate::model::Lease;
@@ -79,7 +79,7 @@ pub(crate) async fn complete<T: DialectTx>(
 /// for the cascade (with its number of dependents, so a leaf skips the release).
 pub(crate) fn succeeded(lease: &Lease, child_count: i64, now: i64, events: &mut Vec<EventInsert>) -> Finished {
     events.push(event(&lease.run_id, Some(&lease.step_id), "step_succeeded", json!({"attempt": lease.attempt}), now));
-    Finished { step_id: lease.step_id.clone(), status: Some(StepStatus::Succeeded), children: Some(child_count) }
+    Finished { step_id: lease.step_id.clone(), status: StepStatus::Succeeded, children: Some(child_count) }
 }
 
 /// Records a failed attempt and decides retry, failure or `outcome_unknown`. `sample` ∈ `[0, 1)` drives jitter.
@@ -160,8 +160,8 @@ async fn fail_row<T: StepTx>(
     };
     tx.attempt_close(lease, &close, now).await?;
     if report == Report::Failed {
-        let finished = Finished { step_id: lease.step_id.clone(), status: Some(StepStatus::Failed), children: None };
-        after_final_known(tx, &lease.run_id, vec![finished], now, events).await?;
+        let finished = Finished::new(lease.step_id.clone(), StepStatus::Failed);
+        after_final(tx, &lease.run_id, vec![finished], now, events).await?;
     }
     Ok(report)
 }

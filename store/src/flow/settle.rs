@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 
 use cairn_core::condition::{Condition, ConditionScope};
-use cairn_core::machine::{self, Decision, Next, StepRules, run_outcome};
+use cairn_core::machine::{self, Decision, Next, RunCounters, StepRules, StepsClosed, run_end};
 use cairn_core::plan::{Approval, TriggerRule};
 use cairn_core::state::{RunStatus, StepStatus};
 use serde_json::{Map, Value, json};
@@ -20,18 +20,18 @@ use crate::rows::{ChildRow, EventInsert, StepSucceeded};
 use crate::runs_tx::RunsTx;
 use crate::tx::StepTx;
 
-/// A step that just became final, with its status when the caller knows it (saves reading it back).
+/// A step that just became final, with the status it ended with (it counts against its run by it).
 pub(crate) struct Finished {
     pub(crate) step_id: String,
-    pub(crate) status: Option<StepStatus>,
+    pub(crate) status: StepStatus,
     /// How many steps depend on it, when known (`Some(0)`: nothing to release, the release query is skipped).
     pub(crate) children: Option<i64>,
 }
 
 impl Finished {
-    /// A final step of which only the id is known.
-    pub(crate) fn id(step_id: String) -> Self {
-        Finished { step_id, status: None, children: None }
+    /// A step that ended with `status`, its dependents not counted.
+    pub(crate) fn new(step_id: impl Into<String>, status: StepStatus) -> Self {
+        Finished { step_id: step_id.into(), status, children: None }
     }
 }
 
@@ -121,7 +121,7 @@ async fn apply<T: StepTx>(
         events.push(event(run_id, Some(step_id), kind, data, now));
         if is_final {
             let status = if status == "skipped" { StepStatus::Skipped } else { StepStatus::Failed };
-            finals.push(Finished { step_id: step_id.to_owned(), status: Some(status), children: None });
+            finals.push(Finished::new(step_id, status));
         }
     }
     Ok(())
@@ -158,24 +158,14 @@ async fn evaluate_when<T: StepTx>(
     Ok(condition.evaluate(&scope).map_err(|e| e.to_string()))
 }
 
-/// The cascade: `finished` steps just became final (their own rows already updated and counted by the caller
-/// in `closed`). Releases dependents transitively, then closes the run if nothing is open.
-pub(crate) async fn after_final<T: StepTx>(
-    tx: &mut T,
-    run_id: &str,
-    finished: Vec<String>,
-    now: i64,
-    events: &mut Vec<EventInsert>,
-) -> StoreResult<()> {
-    after_final_known(tx, run_id, finished.into_iter().map(Finished::id).collect(), now, events).await
-}
-
-/// [`after_final`] for steps whose final status or number of dependents the caller knows.
+/// The cascade: `finished` steps just became final (their own rows already updated by the caller). Releases
+/// dependents transitively, then counts every step made final against the run and closes it if nothing is
+/// open.
 ///
 /// Releases level by level: the dependents of all of a level's steps are decremented in one statement (a
 /// 200-wide fan-out finishing in one batch updates its join once, not 200 times), and the steps that level's
 /// decisions made final (skips, `when` failures) form the next level.
-pub(crate) async fn after_final_known<T: StepTx>(
+pub(crate) async fn after_final<T: StepTx>(
     tx: &mut T,
     run_id: &str,
     finished: Vec<Finished>,
@@ -186,15 +176,15 @@ pub(crate) async fn after_final_known<T: StepTx>(
     close_run(tx, run_id, closed, now, events).await
 }
 
-/// The cascade of [`after_final_known`] without closing the run: returns how many of the run's steps became
-/// final (the `finished` ones and those the cascade decided), for [`close_runs`].
+/// The cascade of [`after_final`] without closing the run: returns the run's steps that became final (the
+/// `finished` ones and those the cascade decided), for [`close_runs`].
 pub(crate) async fn release<T: StepTx>(
     tx: &mut T,
     run_id: &str,
     finished: Vec<Finished>,
     now: i64,
     events: &mut Vec<EventInsert>,
-) -> StoreResult<i64> {
+) -> StoreResult<StepsClosed> {
     release_from(tx, run_id, finished, None, now, events).await
 }
 
@@ -207,8 +197,8 @@ async fn release_from<T: StepTx>(
     mut first_level: Option<Vec<ChildRow>>,
     now: i64,
     events: &mut Vec<EventInsert>,
-) -> StoreResult<i64> {
-    let mut closed = i64::try_from(finished.len()).unwrap_or(i64::MAX);
+) -> StoreResult<StepsClosed> {
+    let mut closed = StepsClosed::of(finished.iter().map(|f| f.status));
     let mut level = finished;
     loop {
         // Leaves have nothing to release (most steps of a wide run).
@@ -221,7 +211,7 @@ async fn release_from<T: StepTx>(
         // read when the whole level shares it. When that status is success, the release itself makes ready the
         // dependents with nothing else to decide.
         let first = level[0].status;
-        let shared = level.iter().all(|f| f.status == first).then_some(first).flatten();
+        let shared = level.iter().all(|f| f.status == first).then_some(first);
         let succeeded_at = (shared == Some(StepStatus::Succeeded)).then_some(now);
         let released = match first_level.take() {
             Some(rows) => rows,
@@ -231,13 +221,13 @@ async fn release_from<T: StepTx>(
         // The database returns rows in no particular order; decisions (and their events) follow step ids.
         ready.sort_by(|a, b| a.step_id.cmp(&b.step_id));
         let finals = decide(tx, run_id, ready, shared, now, events).await?;
-        closed += i64::try_from(finals.len()).unwrap_or(0);
+        closed.add(StepsClosed::of(finals.iter().map(|f| f.status)));
         level = finals;
     }
     Ok(closed)
 }
 
-/// [`after_final_known`] for one step that just succeeded under its lease, with what the dialect's success
+/// [`after_final`] for one step that just succeeded under its lease, with what the dialect's success
 /// statement already did ([`StepSucceeded`]): when it released the step's dependents, the cascade starts from
 /// those rows; when it counted the step against the run, the run's counter is written again only if the
 /// cascade made more steps final (skips, `when` failures).
@@ -249,117 +239,122 @@ pub(crate) async fn after_succeeded<T: StepTx>(
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
-    let closed = release_from(tx, run_id, vec![finished], done.released, now, events).await?;
+    let mut closed = release_from(tx, run_id, vec![finished], done.released, now, events).await?;
     match done.run_counter {
-        Some(counter) if closed == 1 => finish_if_done(tx, run_id, counter, now, events).await,
-        Some(_) => close_run(tx, run_id, closed - 1, now, events).await,
+        // The success statement counted the step itself (a success: not a failed one).
+        Some(counters) if closed.steps == 1 => finish_if_done(tx, run_id, counters, now, events).await,
+        Some(_) => {
+            closed.steps -= 1;
+            close_run(tx, run_id, closed, now, events).await
+        }
         None => close_run(tx, run_id, closed, now, events).await,
     }
 }
 
-/// Subtracts `closed` from the run's open steps and finishes the run at zero.
+/// Counts `closed` against the run and finishes it when nothing is open.
 async fn close_run<T: StepTx>(
     tx: &mut T,
     run_id: &str,
-    closed: i64,
+    closed: StepsClosed,
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
-    let Some(counter) = tx.run_close_steps(run_id, closed, now).await? else {
+    let Some(counters) = tx.run_close_steps(run_id, closed, now).await? else {
         return Err(vanished(run_id));
     };
-    finish_if_done(tx, run_id, counter, now, events).await
+    finish_if_done(tx, run_id, counters, now, events).await
 }
 
-/// Finishes the run when its counter (`(open_steps, cancel_requested)`) says no step is open and no cancel is
-/// under way (a cancel finishes the run itself).
+/// Finishes the run as its counters say ([`run_end`]): not while a step is open or a cancel (which finishes
+/// the run itself) is under way; succeeded in one statement; failed after reading its failed steps to name
+/// the root cause.
 async fn finish_if_done<T: StepTx>(
     tx: &mut T,
     run_id: &str,
-    (open, cancel_requested): (i64, i64),
+    counters: RunCounters,
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
-    if open > 0 || cancel_requested != 0 {
-        return Ok(());
+    match run_end(counters) {
+        None => Ok(()),
+        Some(RunStatus::Succeeded) => {
+            if tx.run_finish(run_id, RunStatus::Succeeded.as_str(), None, now).await? {
+                events.push(event(run_id, None, "run_succeeded", json!({}), now));
+            }
+            Ok(())
+        }
+        Some(_) => {
+            let failed = tx.run_failed_steps(run_id).await?;
+            finish_failed(tx, run_id, &failed, now, events).await
+        }
     }
-    // Most runs end clean: one statement finishes them. Otherwise (a failed step, or the run already
-    // finished) the failed steps are read to name the root cause.
-    if tx.run_succeed_if_clean(run_id, now).await? {
-        events.push(event(run_id, None, "run_succeeded", json!({}), now));
-        return Ok(());
-    }
-    let failed = tx.run_failed_steps(run_id).await?;
-    finish_run(tx, run_id, &failed, now, events).await
 }
 
 fn vanished(run_id: &str) -> StoreError {
     StoreError::corrupt("runs", format!("run {run_id} vanished while finishing a step"))
 }
 
-/// Finishes a run whose open steps reached zero: failed when any step failed (`failed`: `(step_id, error)` in
-/// plan order, the first one named in the run's failure), succeeded otherwise.
-async fn finish_run<T: StepTx>(
+/// Finishes a run its counters said failed (`failed`: its failed steps as `(step_id, error)` in plan order, the
+/// first one named in the run's failure).
+async fn finish_failed<T: StepTx>(
     tx: &mut T,
     run_id: &str,
     failed: &[(String, Option<String>)],
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
-    let status = run_outcome(false, failed.len());
-    let failure = failed.first().map(|(step_id, error)| {
-        let record = error.as_deref().and_then(|e| serde_json::from_str::<Value>(e).ok()).unwrap_or(Value::Null);
-        json!({"step_id": step_id, "code": record.get("code"), "message": record.get("message"),
-               "suggestion": record.get("suggestion"), "failed_steps": failed.len()})
-    });
-    let failure_text = failure.as_ref().map(Value::to_string);
-    if tx.run_finish(run_id, status.as_str(), failure_text.as_deref(), now).await? {
-        let kind = if status == RunStatus::Succeeded { "run_succeeded" } else { "run_failed" };
-        events.push(event(run_id, None, kind, failure.unwrap_or(json!({})), now));
+    let failure = match failed.first() {
+        Some((step_id, error)) => {
+            let record = error.as_deref().and_then(|e| serde_json::from_str::<Value>(e).ok()).unwrap_or(Value::Null);
+            json!({"step_id": step_id, "code": record.get("code"), "message": record.get("message"),
+                   "suggestion": record.get("suggestion"), "failed_steps": failed.len()})
+        }
+        None => json!({}),
+    };
+    let failure_text = failure.to_string();
+    if tx.run_finish(run_id, RunStatus::Failed.as_str(), Some(&failure_text), now).await? {
+        events.push(event(run_id, None, "run_failed", failure, now));
     }
     Ok(())
 }
 
 /// [`close_run`] for several runs (`(run_id, closed)`, distinct runs) with set-based statements: one counter
-/// update for all, one finish of those that reached zero with no failed step, and only when some of them did
-/// not finish so, one read of their failed steps (runs with failed steps are finished one by one).
-/// `run_failed` events come first, then `run_succeeded` ones, each in `closing`'s order.
+/// update for all, one finish of those their counters say succeeded, and only when some failed, one read of
+/// their failed steps (those are finished one by one). `run_failed` events come first, then `run_succeeded`
+/// ones, each in `closing`'s order.
 pub(crate) async fn close_runs<T: StepTx + RunsTx>(
     tx: &mut T,
-    closing: &[(&str, i64)],
+    closing: &[(&str, StepsClosed)],
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<()> {
     if let [(run_id, closed)] = closing {
         return close_run(tx, run_id, *closed, now, events).await;
     }
-    let counters: HashMap<String, (i64, i64)> =
-        tx.runs_close_steps(closing, now).await?.into_iter().map(|(id, open, cancel)| (id, (open, cancel))).collect();
-    let mut ending = Vec::new();
+    let counters: HashMap<String, RunCounters> = tx.runs_close_steps(closing, now).await?.into_iter().collect();
+    let (mut succeeding, mut failing) = (Vec::new(), Vec::new());
     for (run_id, _) in closing {
-        match counters.get(*run_id) {
+        match counters.get(*run_id).map(|c| run_end(*c)) {
             None => return Err(vanished(run_id)),
-            Some(&(open, cancel_requested)) if open <= 0 && cancel_requested == 0 => ending.push(*run_id),
-            Some(_) => {}
+            Some(Some(RunStatus::Succeeded)) => succeeding.push(*run_id),
+            Some(Some(_)) => failing.push(*run_id),
+            Some(None) => {}
         }
     }
-    if ending.is_empty() {
-        return Ok(());
-    }
-    // Most runs end clean: one statement finishes those; only the rest (a failed step, or already finished)
-    // have their failed steps read.
-    let succeeded: HashSet<String> = tx.runs_succeed(&ending, now).await?.into_iter().collect();
-    let rest: Vec<&str> = ending.iter().copied().filter(|id| !succeeded.contains(*id)).collect();
-    if !rest.is_empty() {
+    if !failing.is_empty() {
         let mut failed: HashMap<String, Vec<(String, Option<String>)>> = HashMap::new();
-        for (run_id, step_id, error) in tx.runs_failed_steps(&rest).await? {
+        for (run_id, step_id, error) in tx.runs_failed_steps(&failing).await? {
             failed.entry(run_id).or_default().push((step_id, error));
         }
-        for run_id in rest.into_iter().filter(|id| failed.contains_key(*id)) {
-            finish_run(tx, run_id, &failed[run_id], now, events).await?;
+        for run_id in failing {
+            finish_failed(tx, run_id, failed.get(run_id).map_or(&[][..], Vec::as_slice), now, events).await?;
         }
     }
-    for run_id in ending.into_iter().filter(|id| succeeded.contains(*id)) {
+    if succeeding.is_empty() {
+        return Ok(());
+    }
+    let succeeded: HashSet<String> = tx.runs_succeed(&succeeding, now).await?.into_iter().collect();
+    for run_id in succeeding.into_iter().filter(|id| succeeded.contains(*id)) {
         events.push(event(run_id, None, "run_succeeded", json!({}), now));
     }
     Ok(())

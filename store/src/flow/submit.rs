@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::event;
-use super::settle::{after_final_known, decide};
+use super::settle::{after_final, decide};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{CreateOutcome, NewRun, RunDetail, RunSummary, StepSummary};
 use crate::rows::{ChildRow, EventInsert, RunInsert, StepInsert};
@@ -190,7 +190,7 @@ async fn inserted<T: StepTx>(
     let finals = decide(tx, &run.run_id, roots, None, now, events).await?;
     if !finals.is_empty() {
         // Skipped or failed roots cascade like any finished step.
-        after_final_known(tx, &run.run_id, finals, now, events).await?;
+        after_final(tx, &run.run_id, finals, now, events).await?;
     }
     Ok((CreateOutcome::Created(run.run_id.clone()), None))
 }

@@ -145,6 +145,7 @@ pub(crate) fn outcome(row: ClaimedRow, candidate: &Candidate<'_>, now: i64) -> S
 
 #[cfg(test)]
 mod tests {
+    use crate::Batch;
     use cairn_core::catalog::StaticCatalog;
     use cairn_core::validate::{Limits, validate_value};
     use serde_json::{Value, json};
@@ -327,22 +328,63 @@ mod tests {
         let mut writer = store.batch_writer();
         let nobody = |_: usize| Vec::new();
         let claim = |limit| [ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit, now_ms: 0 }];
-        let first = writer.write_batch(&[], &[], &claim(4), LIMITS, 30_000, T0, &nobody).await.expect("commits");
+        let first = writer
+            .write_batch(&Batch {
+                runs: &[],
+                reports: &[],
+                claims: &claim(4),
+                limits: LIMITS,
+                lease_ttl_ms: 30_000,
+                now_ms: T0,
+                handoff: &nobody,
+            })
+            .await
+            .expect("commits");
         let lease = |id: &str| first.claimed[0].iter().find(|c| c.lease.step_id == id).expect("leased").lease.clone();
         let (a, x, y) = (lease("a"), lease("x"), lease("y"));
 
-        assert_eq!(writer.successor_of(&a), Some("noop"), "a's one dependent b can be leased with a's completion");
-        assert_eq!(writer.successor_of(&x), None, "x is a leaf: its completion goes the general way");
-        assert_eq!(writer.successor_of(&y), None, "z has a placeholder to resolve: the general way");
+        assert_eq!(
+            writer.postgres().expect("a PostgreSQL writer").successor_of(&a),
+            Some("noop"),
+            "a's one dependent b can be leased with a's completion"
+        );
+        assert_eq!(
+            writer.postgres().expect("a PostgreSQL writer").successor_of(&x),
+            None,
+            "x is a leaf: its completion goes the general way"
+        );
+        assert_eq!(
+            writer.postgres().expect("a PostgreSQL writer").successor_of(&y),
+            None,
+            "z has a placeholder to resolve: the general way"
+        );
 
         let complete = |lease: &Lease| [ReportItem { lease: lease.clone(), kind: ReportKind::Complete(json!({})) }];
-        let done =
-            writer.write_batch(&[], &complete(&a), &claim(1), LIMITS, 30_000, T0 + 1, &nobody).await.expect("ok");
+        let done = writer
+            .write_batch(&Batch {
+                runs: &[],
+                reports: &complete(&a),
+                claims: &claim(1),
+                limits: LIMITS,
+                lease_ttl_ms: 30_000,
+                now_ms: T0 + 1,
+                handoff: &nobody,
+            })
+            .await
+            .expect("ok");
 
         let b = &done.claimed[0][0];
-        assert_eq!((b.lease.step_id.as_str(), b.successor_action.as_deref()), ("b", Some("sleep")));
-        assert_eq!(writer.successor_of(&a), None, "a reported lease is forgotten");
-        assert_eq!(writer.successor_of(&b.lease), Some("sleep"), "the call's own claim is remembered too");
+        assert_eq!((b.lease.step_id.as_str(), b.completion.successor_action()), ("b", Some("sleep")));
+        assert_eq!(
+            writer.postgres().expect("a PostgreSQL writer").successor_of(&a),
+            None,
+            "a reported lease is forgotten"
+        );
+        assert_eq!(
+            writer.postgres().expect("a PostgreSQL writer").successor_of(&b.lease),
+            Some("sleep"),
+            "the call's own claim is remembered too"
+        );
     }
 
     #[sqlx::test(migrations = false)]

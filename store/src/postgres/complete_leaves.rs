@@ -303,7 +303,7 @@ mod tests {
         assert_eq!(outcome.reports, [Report::Succeeded, Report::Stale], "the other attempt's report changes nothing");
         let claimed: Vec<&str> = outcome.claimed[0].iter().map(|c| c.lease.step_id.as_str()).collect();
         assert_eq!(claimed, ["c"]);
-        assert!(outcome.claimed[0][0].leaf);
+        assert!(outcome.claimed[0][0].completion.is_leaf());
         let statuses: Vec<(String, String)> =
             store.steps("r1").await.expect("steps").into_iter().map(|s| (s.id, s.status)).collect();
         assert_eq!(statuses, [("a".into(), "succeeded".into()), ("b".into(), "running".into())]);

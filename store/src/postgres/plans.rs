@@ -292,8 +292,8 @@ async fn the_batch_success_reads_steps_by_key_whatever_join_the_planner_prefers(
 fn run_closing_statements() -> [(String, &'static str, &'static [&'static str]); 3] {
     [
         (
-            format!("PREPARE close(int8, text[], int8[]) AS {RUNS_CLOSE_STEPS}"),
-            "EXPLAIN (FORMAT JSON) EXECUTE close(9, '{r7,r8}', '{1,1}')",
+            format!("PREPARE close(int8, text[], int8[], int8[]) AS {RUNS_CLOSE_STEPS}"),
+            "EXPLAIN (FORMAT JSON) EXECUTE close(9, '{r7,r8}', '{1,1}', '{0,1}')",
             &["runs_pkey"],
         ),
         (
@@ -304,7 +304,7 @@ fn run_closing_statements() -> [(String, &'static str, &'static [&'static str]);
         (
             format!("PREPARE succeed_runs(int8, text[]) AS {RUNS_SUCCEED}"),
             "EXPLAIN (FORMAT JSON) EXECUTE succeed_runs(9, '{r7,r8}')",
-            &["runs_pkey", "steps_pkey"],
+            &["runs_pkey"],
         ),
     ]
 }

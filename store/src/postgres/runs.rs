@@ -14,6 +14,7 @@
 //!
 //! Every statement reads `runs` by key (`id = ANY ($n)`) and `steps` by its `(run_id, …)` primary key prefix.
 
+use cairn_core::machine::{RunCounters, StepsClosed};
 use sqlx::{Postgres, Transaction};
 
 use crate::error::StoreResult;
@@ -31,10 +32,11 @@ const RUNS_INSERT: &str = "WITH plan AS (INSERT INTO plans (id, body, created_at
      FROM UNNEST($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[]) \
        AS r(id, plan_id, input, context, idempotency_key, steps, at)";
 
-/// `$1` the time, `$2` the run ids, `$3` the steps closed in each (a run at most once).
-pub(super) const RUNS_CLOSE_STEPS: &str = "UPDATE runs SET open_steps = open_steps - v.closed, updated_at = $1 \
-     FROM UNNEST($2::text[], $3::int8[]) AS v(id, closed) WHERE runs.id = v.id \
-     RETURNING runs.id, runs.open_steps, runs.cancel_requested";
+/// `$1` the time, `$2` the run ids, `$3` the steps closed in each (a run at most once), `$4` of which failed.
+pub(super) const RUNS_CLOSE_STEPS: &str = "UPDATE runs SET open_steps = open_steps - v.closed, \
+     failed_steps = failed_steps + v.failed, updated_at = $1 \
+     FROM UNNEST($2::text[], $3::int8[], $4::int8[]) AS v(id, closed, failed) WHERE runs.id = v.id \
+     RETURNING runs.id, runs.open_steps, runs.failed_steps, runs.cancel_requested";
 
 /// `$1` the run ids.
 pub(super) const RUNS_FAILED_STEPS: &str = "SELECT run_id, step_id, error FROM steps \
@@ -42,8 +44,7 @@ pub(super) const RUNS_FAILED_STEPS: &str = "SELECT run_id, step_id, error FROM s
 
 /// `$1` the time, `$2` the run ids.
 pub(super) const RUNS_SUCCEED: &str = "UPDATE runs SET status = 'succeeded', failure = NULL, finished_at = $1, updated_at = $1 \
-     WHERE id = ANY ($2::text[]) AND (status IN ('pending', 'running')) IS TRUE \
-     AND NOT EXISTS (SELECT 1 FROM steps WHERE steps.run_id = runs.id AND steps.status = 'failed') RETURNING id";
+     WHERE id = ANY ($2::text[]) AND (status IN ('pending', 'running')) IS TRUE RETURNING id";
 
 impl RunsTx for Transaction<'_, Postgres> {
     async fn runs_insert(&mut self, runs: &[RunInsert<'_>]) -> StoreResult<()> {
@@ -73,9 +74,25 @@ impl RunsTx for Transaction<'_, Postgres> {
         super::steps_insert::steps_insert(self, runs).await
     }
 
-    async fn runs_close_steps(&mut self, closing: &[(&str, i64)], now: i64) -> StoreResult<Vec<(String, i64, i64)>> {
-        let (ids, closed): (Vec<&str>, Vec<i64>) = closing.iter().copied().unzip();
-        Ok(sqlx::query_as(RUNS_CLOSE_STEPS).bind(now).bind(ids).bind(closed).fetch_all(&mut **self).await?)
+    async fn runs_close_steps(
+        &mut self,
+        closing: &[(&str, StepsClosed)],
+        now: i64,
+    ) -> StoreResult<Vec<(String, RunCounters)>> {
+        let ids: Vec<&str> = closing.iter().map(|(id, _)| *id).collect();
+        let closed: Vec<i64> = closing.iter().map(|(_, c)| c.steps).collect();
+        let failed: Vec<i64> = closing.iter().map(|(_, c)| c.failed).collect();
+        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(RUNS_CLOSE_STEPS)
+            .bind(now)
+            .bind(ids)
+            .bind(closed)
+            .bind(failed)
+            .fetch_all(&mut **self)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, open, failed, cancel)| (id, crate::rows::run_counters((open, failed, cancel))))
+            .collect())
     }
 
     async fn runs_failed_steps(&mut self, run_ids: &[&str]) -> StoreResult<Vec<(String, String, Option<String>)>> {

@@ -1,6 +1,7 @@
 //! New runs in a group-commit batch (issue 8): each created exactly as alone, before the batch's reports and
 //! claims, and their ready roots handed to waiting claimers in the same transaction.
 
+use cairn_store::Batch;
 use cairn_store::{BatchOutcome, ClaimRequest, CreateOutcome, NewRun, ReportItem, ReportKind, Store};
 use serde_json::json;
 
@@ -20,8 +21,18 @@ async fn a_batch_creates_its_runs_and_hands_their_due_roots_to_a_waiting_claimer
         vec![request("waiting-worker", 4)]
     };
 
-    let outcome =
-        store.write_batch(&[chain, later], &[], &[], LIMITS, TTL, T0 + 5, &handoff).await.expect("the batch commits");
+    let outcome = store
+        .write_batch(&Batch {
+            runs: &[chain, later],
+            reports: &[],
+            claims: &[],
+            limits: LIMITS,
+            lease_ttl_ms: TTL,
+            now_ms: T0 + 5,
+            handoff: &handoff,
+        })
+        .await
+        .expect("the batch commits");
 
     let created: Vec<&CreateOutcome> = outcome.created.iter().map(|(c, _)| c).collect();
     assert_eq!(created, [&CreateOutcome::Created("r1".into()), &CreateOutcome::Created("r2".into())]);
@@ -47,7 +58,18 @@ fn keyed(run_id: &str, key: &str) -> NewRun {
 /// Writes `runs` alone in one batch at [`T0`].
 async fn write_runs(store: &Store, runs: &[NewRun]) -> BatchOutcome {
     let nobody = |_: usize| Vec::new();
-    store.write_batch(runs, &[], &[], LIMITS, TTL, T0, &nobody).await.expect("the batch commits")
+    store
+        .write_batch(&Batch {
+            runs,
+            reports: &[],
+            claims: &[],
+            limits: LIMITS,
+            lease_ttl_ms: TTL,
+            now_ms: T0,
+            handoff: &nobody,
+        })
+        .await
+        .expect("the batch commits")
 }
 
 async fn runs_in_one_batch_apply_their_idempotency_keys_in_order(store: Store) {
@@ -103,13 +125,32 @@ async fn a_batch_creates_runs_before_its_reports_and_claims(store: Store) {
     let mut writer = store.batch_writer();
     let nobody = |_: usize| Vec::new();
     // Claimed through the writer, so that on PostgreSQL it knows the lease as a leaf's (worth the leaf call).
-    let first =
-        writer.write_batch(&[], &[], &[request("w1", 1)], LIMITS, TTL, T0, &nobody).await.expect("claimed").claimed;
+    let first = writer
+        .write_batch(&Batch {
+            runs: &[],
+            reports: &[],
+            claims: &[request("w1", 1)],
+            limits: LIMITS,
+            lease_ttl_ms: TTL,
+            now_ms: T0,
+            handoff: &nobody,
+        })
+        .await
+        .expect("claimed")
+        .claimed;
     let fresh = new_run("r1", &steps(vec![noop("x", &[], json!({}))]));
     let report = ReportItem { lease: first[0][0].lease.clone(), kind: ReportKind::Complete(json!({"ok": true})) };
 
     let outcome = writer
-        .write_batch(&[fresh], &[report], &[request("w2", 8)], LIMITS, TTL, T0 + 5, &nobody)
+        .write_batch(&Batch {
+            runs: &[fresh],
+            reports: &[report],
+            claims: &[request("w2", 8)],
+            limits: LIMITS,
+            lease_ttl_ms: TTL,
+            now_ms: T0 + 5,
+            handoff: &nobody,
+        })
         .await
         .expect("the batch commits");
 
@@ -119,7 +160,7 @@ async fn a_batch_creates_runs_before_its_reports_and_claims(store: Store) {
     let claimed: Vec<(&str, &str)> =
         outcome.claimed[0].iter().map(|c| (c.lease.run_id.as_str(), c.lease.step_id.as_str())).collect();
     assert_eq!(claimed, [("r1", "x")], "the batch's claim sees the run created before it");
-    let counts = (writer.one_call_counts(), writer.leaf_call_counts());
+    let counts = (writer.fast_path_counts().chain, writer.fast_path_counts().leaves);
     let tried = counts.0.committed + counts.0.fell_back + counts.1.committed + counts.1.fell_back;
     assert_eq!(tried, 0, "a batch with new runs takes the general path: the one-call functions know no runs");
 }

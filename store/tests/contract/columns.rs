@@ -3,6 +3,7 @@
 //! alone and for runs created together in a group-commit batch (PostgreSQL: one insert for all their plans and
 //! runs, one for all their steps).
 
+use cairn_store::Batch;
 use cairn_store::Store;
 use serde_json::json;
 
@@ -67,7 +68,15 @@ async fn store_runs_together(store: &Store) {
     other.input = json!({"city": "武汉"});
     let nobody = |_: usize| Vec::new();
     let outcome = store
-        .write_batch(&[the_run(), same_plan, other], &[], &[], super::support::LIMITS, 30_000, T0 + 9, &nobody)
+        .write_batch(&Batch {
+            runs: &[the_run(), same_plan, other],
+            reports: &[],
+            claims: &[],
+            limits: super::support::LIMITS,
+            lease_ttl_ms: 30_000,
+            now_ms: T0 + 9,
+            handoff: &nobody,
+        })
         .await
         .expect("the batch commits");
     assert_eq!(outcome.created.len(), 3);

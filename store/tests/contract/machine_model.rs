@@ -1,7 +1,8 @@
 //! The stores make the decisions of the core's model (issue "One state machine"): random plans (trigger rules,
-//! `when`, approvals, retries, fan-in) driven by random completion, failure and approval orders, through the
-//! store and through `cairn_core::machine::RunGraph` side by side, end in the same step and run statuses and
-//! record the same transitions in the same order.
+//! `when`, approvals, retries, fan-in, idempotent or not) driven by random completion, failure, approval and
+//! operator orders (ambiguous failures park steps as `outcome_unknown`; an operator retries, skips or fails
+//! them) and sometimes a cancel, through the store and through `cairn_core::machine::RunGraph` side by side,
+//! end in the same step and run statuses and record the same transitions in the same order.
 //!
 //! Three drivers: the store's own calls one report at a time (the general path), and the batch writer with
 //! several reports per batch and the claim riding on them, with PostgreSQL's fast path (the one-call functions
@@ -9,8 +10,9 @@
 //! Seeds are fixed, so a failure names the seed that reproduces it; `CAIRN_MODEL_SEEDS` runs more.
 
 use cairn_core::failure::Failure;
-use cairn_core::machine::{Event, RunGraph, Transition};
+use cairn_core::machine::{Event, OperatorAction, RunGraph, Transition};
 use cairn_core::state::{RunStatus, StepStatus};
+use cairn_store::Batch;
 use cairn_store::{ApprovalOutcome, BatchWriter, ClaimRequest, Claimed, Lease, Report, ReportItem, ReportKind, Store};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -58,6 +60,7 @@ fn random_plan(rng: &mut SmallRng) -> Value {
             let on_reject = if rng.random_bool(0.5) { "fail" } else { "skip" };
             step["approval"] = json!({"required": true, "on_reject": on_reject});
         }
+        step["idempotent"] = json!(rng.random_bool(0.5));
         if rng.random_bool(0.3) {
             step["retry"] = json!({"max_attempts": 2, "initial_interval_ms": 1000, "jitter": "none"});
         } else {
@@ -86,6 +89,11 @@ fn transitions_of(events: &[cairn_store::RunEvent]) -> Vec<Transition> {
             "step_skipped" => out.push(step(e, StepStatus::Skipped)),
             "step_waiting_approval" => out.push(step(e, StepStatus::WaitingApproval)),
             "step_outcome_unknown" => out.push(step(e, StepStatus::OutcomeUnknown)),
+            "operator_retry" => out.push(step(e, StepStatus::Ready)),
+            "operator_skip" => out.push(step(e, StepStatus::Skipped)),
+            "operator_fail" => out.push(step(e, StepStatus::Failed)),
+            "step_cancelled" => out.push(step(e, StepStatus::Cancelled)),
+            "run_cancelled" => out.push(Transition::Run(RunStatus::Cancelled)),
             "step_retry_scheduled" => {
                 out.push(step(e, StepStatus::Ready));
                 out.push(Transition::RetryScheduled { step: e.step_id.clone().unwrap_or_default(), delay: ZERO });
@@ -177,7 +185,15 @@ impl Driver {
                     .collect();
                 let nobody = |_: usize| Vec::new();
                 let outcome = writer
-                    .write_batch(&[], &items, std::slice::from_ref(&claim), LIMITS, TTL, now, &nobody)
+                    .write_batch(&Batch {
+                        runs: &[],
+                        reports: &items,
+                        claims: std::slice::from_ref(&claim),
+                        limits: LIMITS,
+                        lease_ttl_ms: TTL,
+                        now_ms: now,
+                        handoff: &nobody,
+                    })
                     .await
                     .expect("the batch commits");
                 assert!(outcome.reports.iter().all(|r| *r != Report::Stale), "live leases");
@@ -187,8 +203,15 @@ impl Driver {
     }
 }
 
+/// What the seeds of one driver exercised beyond completions and failures (so the test shows they were covered).
+#[derive(Debug, Default)]
+struct Covered {
+    operator_actions: usize,
+    cancels: usize,
+}
+
 /// Drives one random run through the store and the model; panics naming the seed on any difference.
-async fn one_seed(store: &Store, driver: &mut Driver, seed: u64) {
+async fn one_seed(store: &Store, driver: &mut Driver, seed: u64, covered: &mut Covered) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let doc = random_plan(&mut rng);
     let run_id = format!("model-{seed}");
@@ -205,18 +228,33 @@ async fn one_seed(store: &Store, driver: &mut Driver, seed: u64) {
             running.push(claimed.lease);
         }
         now += 3_600_000;
-        let waiting: Vec<String> = new
-            .plan
-            .steps
-            .iter()
-            .map(|s| s.id.clone())
-            .filter(|id| model.status(id) == Some(StepStatus::WaitingApproval))
-            .collect();
-        if running.is_empty() && waiting.is_empty() {
+        let in_status = |status| -> Vec<String> {
+            new.plan.steps.iter().map(|s| s.id.clone()).filter(|id| model.status(id) == Some(status)).collect()
+        };
+        let waiting = in_status(StepStatus::WaitingApproval);
+        let parked = in_status(StepStatus::OutcomeUnknown);
+        if running.is_empty() && waiting.is_empty() && parked.is_empty() {
             if model.ready().is_empty() {
                 break;
             }
             // A retry in backoff: due by the next round's claim.
+            continue;
+        }
+        if rng.random_bool(0.03) {
+            // A cancel ends the run whatever is open: running leases end, later reports would be stale.
+            assert!(store.cancel_run(&run_id, now).await.expect("cancel"), "seed {seed}: the run is open");
+            expected.extend(model.apply(Event::RunCancelled, 0.0));
+            covered.cancels += 1;
+            break;
+        }
+        if !parked.is_empty() && (running.is_empty() || rng.random_bool(0.3)) {
+            let id = &parked[rng.random_range(0..parked.len())];
+            let actions = [OperatorAction::Retry, OperatorAction::Skip, OperatorAction::Fail];
+            let action = actions[rng.random_range(0..actions.len())];
+            let applied = store.operate(&run_id, id, action, "tester", now).await.expect("operate");
+            assert!(applied, "seed {seed}: {id} is parked as outcome_unknown");
+            expected.extend(model.apply(Event::Operator(id.clone(), action), 0.0));
+            covered.operator_actions += 1;
             continue;
         }
         if !waiting.is_empty() && (running.is_empty() || rng.random_bool(0.3)) {
@@ -232,9 +270,11 @@ async fn one_seed(store: &Store, driver: &mut Driver, seed: u64) {
         let count = rng.random_range(1..=running.len().min(3));
         for _ in 0..count {
             let lease = running.swap_remove(rng.random_range(0..running.len()));
-            let outcome = match rng.random_range(0..10) {
+            let outcome = match rng.random_range(0..12) {
                 0..6 => Outcome::Succeeded(json!({"v": rng.random_range(0..3)})),
                 6..8 => Outcome::Failed(Failure::new("action_error", "try again", true)),
+                // Ambiguous: a non-idempotent step is parked as `outcome_unknown`, an idempotent one retried.
+                8..10 => Outcome::Failed(Failure::new("timeout", "no answer in time", true)),
                 _ => Outcome::Failed(Failure::new("bad_request", "never works", false)),
             };
             reports.push((lease, outcome));
@@ -258,18 +298,22 @@ async fn one_seed(store: &Store, driver: &mut Driver, seed: u64) {
 
 async fn random_runs_through_the_stores_calls_make_the_models_decisions(store: Store) {
     let mut driver = Driver::Calls;
+    let mut covered = Covered::default();
     for seed in 0..seeds() {
-        one_seed(&store, &mut driver, seed).await;
+        one_seed(&store, &mut driver, seed, &mut covered).await;
     }
+    assert!(covered.operator_actions > 0 && covered.cancels > 0, "operators and cancels took part: {covered:?}");
 }
 
 async fn random_runs_through_the_batch_writer_make_the_models_decisions(store: Store) {
     let mut driver = Driver::Writer(Box::new(store.batch_writer()));
+    let mut covered = Covered::default();
     for seed in 1_000..1_000 + seeds() {
-        one_seed(&store, &mut driver, seed).await;
+        one_seed(&store, &mut driver, seed, &mut covered).await;
     }
+    assert!(covered.operator_actions > 0 && covered.cancels > 0, "operators and cancels took part: {covered:?}");
     let Driver::Writer(writer) = &driver else { unreachable!("the writer driver") };
-    let (chain, leaves) = (writer.one_call_counts(), writer.leaf_call_counts());
+    let (chain, leaves) = (writer.fast_path_counts().chain, writer.fast_path_counts().leaves);
     if matches!(store, Store::Postgres(_)) {
         // Leaf calls often fall back here (most random runs end with a failed step, which the call leaves to the
         // general path); a fallback writes nothing, so the comparison above covers what it tried too.
@@ -280,12 +324,18 @@ async fn random_runs_through_the_batch_writer_make_the_models_decisions(store: S
 
 async fn random_runs_through_the_batch_writer_without_the_fast_path_make_the_models_decisions(store: Store) {
     let mut driver = Driver::Writer(Box::new(store.batch_writer().with_fast_path(false)));
+    let mut covered = Covered::default();
     for seed in 1_000..1_000 + seeds() {
-        one_seed(&store, &mut driver, seed).await;
+        one_seed(&store, &mut driver, seed, &mut covered).await;
     }
+    assert!(covered.operator_actions > 0 && covered.cancels > 0, "operators and cancels took part: {covered:?}");
     let Driver::Writer(writer) = &driver else { unreachable!("the writer driver") };
     let nothing = cairn_store::OneCallCounts::default();
-    assert_eq!((writer.one_call_counts(), writer.leaf_call_counts()), (nothing, nothing), "no call was tried");
+    assert_eq!(
+        (writer.fast_path_counts().chain, writer.fast_path_counts().leaves),
+        (nothing, nothing),
+        "no call was tried"
+    );
 }
 
 contract_tests!(

@@ -4,6 +4,7 @@
 //! check that it is taken, and that the rows (every column a completion or a claim writes) and the events
 //! (kind, step, data as JSON, time, in order) it leaves are those of the general path.
 
+use cairn_store::Batch;
 use cairn_store::{BatchOutcome, BatchWriter, ClaimRequest, Lease, Report, ReportItem, ReportKind, Store};
 use serde_json::{Value, json};
 
@@ -87,8 +88,32 @@ pub(super) async fn write(
 ) -> BatchOutcome {
     let nobody = |_: usize| Vec::new();
     let outcome = match writer {
-        Some(writer) => writer.write_batch(&[], items, claims, LIMITS, TTL, now, &nobody).await,
-        None => store.write_batch(&[], items, claims, LIMITS, TTL, now, &nobody).await,
+        Some(writer) => {
+            writer
+                .write_batch(&Batch {
+                    runs: &[],
+                    reports: items,
+                    claims,
+                    limits: LIMITS,
+                    lease_ttl_ms: TTL,
+                    now_ms: now,
+                    handoff: &nobody,
+                })
+                .await
+        }
+        None => {
+            store
+                .write_batch(&Batch {
+                    runs: &[],
+                    reports: items,
+                    claims,
+                    limits: LIMITS,
+                    lease_ttl_ms: TTL,
+                    now_ms: now,
+                    handoff: &nobody,
+                })
+                .await
+        }
     };
     outcome.expect("the batch commits")
 }
@@ -123,7 +148,7 @@ async fn a_chain_through_the_writer_leaves_the_rows_and_events_the_general_path_
         assert_eq!(run(&store, run_id).await.status, "succeeded");
     }
 
-    let tried = writer.one_call_counts();
+    let tried = writer.fast_path_counts().chain;
     let expected = if matches!(store, Store::Postgres(_)) { (2, 0) } else { (0, 0) };
     assert_eq!((tried.committed, tried.fell_back), expected, "a → b and b → c went in one call on PostgreSQL");
     assert_eq!(rows(&store, "by-writer").await, rows(&store, "by-store").await, "the same rows");
@@ -141,13 +166,32 @@ async fn a_one_call_that_falls_back_leaves_the_general_path_to_serve_the_oldest_
     submit(&store, "r1", &doc).await;
     let nobody = |_: usize| Vec::new();
     let mut writer = store.batch_writer();
-    let first = writer.write_batch(&[], &[], &[request(1)], LIMITS, TTL, T0, &nobody).await.expect("commits");
+    let first = writer
+        .write_batch(&Batch {
+            runs: &[],
+            reports: &[],
+            claims: &[request(1)],
+            limits: LIMITS,
+            lease_ttl_ms: TTL,
+            now_ms: T0,
+            handoff: &nobody,
+        })
+        .await
+        .expect("commits");
     let a = first.claimed[0][0].lease.clone();
     assert_eq!(a.step_id, "a", "the root claim serves `noop` only");
     let both = ClaimRequest { actions: vec!["noop".into(), "sleep".into()], ..request(1) };
 
     let outcome = writer
-        .write_batch(&[], &[complete(&a, json!({}))], &[both], LIMITS, TTL, T0 + 1, &nobody)
+        .write_batch(&Batch {
+            runs: &[],
+            reports: &[complete(&a, json!({}))],
+            claims: &[both],
+            limits: LIMITS,
+            lease_ttl_ms: TTL,
+            now_ms: T0 + 1,
+            handoff: &nobody,
+        })
         .await
         .expect("commits");
 
@@ -157,7 +201,7 @@ async fn a_one_call_that_falls_back_leaves_the_general_path_to_serve_the_oldest_
     assert_eq!(outcome.ready_now, 1, "b is left ready for waiting claimers");
     let kinds: Vec<String> = events(&store, "r1").await.into_iter().map(|e| e.kind).collect();
     assert_eq!(kinds.iter().filter(|k| *k == "step_succeeded").count(), 1, "written once: {kinds:?}");
-    let tried = writer.one_call_counts();
+    let tried = writer.fast_path_counts().chain;
     if matches!(store, Store::Postgres(_)) {
         assert_eq!((tried.committed, tried.fell_back), (0, 1), "PostgreSQL tried the call, which fell back");
     } else {
@@ -207,7 +251,7 @@ async fn a_claimed_step_names_its_successors_action_only_when_its_completion_may
     let claimed = store.claim(&ClaimRequest { now_ms: T0, ..request(100) }, TTL).await.expect("claims");
 
     let mut successors: Vec<(&str, Option<&str>)> =
-        claimed.iter().map(|c| (c.lease.step_id.as_str(), c.successor_action.as_deref())).collect();
+        claimed.iter().map(|c| (c.lease.step_id.as_str(), c.completion.successor_action())).collect();
     successors.sort_unstable();
     let expected = [
         ("cond", None),

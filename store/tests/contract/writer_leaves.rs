@@ -13,7 +13,7 @@ use super::writer::{complete, history, request, rows, write};
 
 /// `(committed, fell_back)` of the writer's leaf calls.
 fn leaf_calls(writer: &BatchWriter) -> (u64, u64) {
-    let counts = writer.leaf_call_counts();
+    let counts = writer.fast_path_counts().leaves;
     (counts.committed, counts.fell_back)
 }
 
@@ -64,7 +64,7 @@ async fn leaf_batches_through_the_writer_leave_the_rows_and_events_the_general_p
         let mut leased: Vec<_> = outcome.claimed[0].iter().map(|c| c.lease.clone()).collect();
         leased.sort_by(|l, r| l.step_id.cmp(&r.step_id));
         assert_eq!(leased.iter().map(|l| l.step_id.as_str()).collect::<Vec<_>>(), ["y", "z"], "{path}");
-        assert!(outcome.claimed[0].iter().all(|c| c.leaf), "{path}: leaves are marked as such");
+        assert!(outcome.claimed[0].iter().all(|c| c.completion.is_leaf()), "{path}: leaves are marked as such");
 
         // Two runs end in one batch.
         let items =
@@ -77,7 +77,7 @@ async fn leaf_batches_through_the_writer_leave_the_rows_and_events_the_general_p
 
     let expected = if postgres(&store) { (3, 0) } else { (0, 0) };
     assert_eq!(leaf_calls(&writer), expected, "the three leaf batches went in one call each on PostgreSQL");
-    assert_eq!(writer.one_call_counts().committed, 0, "no chain step here");
+    assert_eq!(writer.fast_path_counts().chain.committed, 0, "no chain step here");
     for run_id in ["wide", "single", "pair"] {
         let (by_writer, by_store) = (format!("writer-{run_id}"), format!("store-{run_id}"));
         let (writer_rows, store_rows) = (rows(&store, &by_writer).await, rows(&store, &by_store).await);

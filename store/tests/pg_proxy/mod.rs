@@ -4,6 +4,7 @@
 //! `r1` with the batches that claim its steps.
 #![allow(dead_code)] // each test binary uses its own part
 
+use cairn_store::Batch;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -36,7 +37,17 @@ pub async fn create_r1(store: &Store, chain: bool) {
 pub async fn batch(writer: &mut BatchWriter, items: &[ReportItem], now: i64) -> StoreResult<BatchOutcome> {
     let request = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: now };
     let nobody = |_: usize| Vec::new();
-    writer.write_batch(&[], items, &[request], ReportLimits { max_output_bytes: 1024 }, 30_000, now, &nobody).await
+    writer
+        .write_batch(&Batch {
+            runs: &[],
+            reports: items,
+            claims: &[request],
+            limits: ReportLimits { max_output_bytes: 1024 },
+            lease_ttl_ms: 30_000,
+            now_ms: now,
+            handoff: &nobody,
+        })
+        .await
 }
 
 /// What a [`proxy`] does, once armed, to the next message naming its statement.

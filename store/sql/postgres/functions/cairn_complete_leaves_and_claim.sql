@@ -8,8 +8,9 @@
 -- between those statements, and writes the same rows and events in the same order:
 --   - each step whose lease is current: succeeded, output, lease cleared; its attempt row: succeeded (a lease that
 --     is not current changes nothing and is not returned: the caller answers it stale);
---   - each run's open-step counter minus its steps succeeded here; a run left with no open step, no failed step
---     and no cancel under way succeeds (`run_succeeded`), as `RUN_SUCCEED_IF_CLEAN` in `store/src/sql.rs` does;
+--   - each run's open-step counter minus its steps succeeded here; a run whose counters then say it succeeded
+--     (no open step, no failed step, no cancel under way: `cairn_core::machine::run_end`) succeeds
+--     (`run_succeeded`), as `RUN_FINISH` in `store/src/sql.rs` does after the general path's count;
 --   - one claim per claim group (a worker, its actions as a JSON array, a limit), in the order given: up to the
 --     limit of due ready steps serving those actions, oldest first, rows locked by another claimer skipped, each
 --     leased with a new attempt row, their runs marked running, as `CLAIM` in `store/src/postgres.rs` does;
@@ -94,11 +95,11 @@ BEGIN
     IF v_unsettled OR v_counted <> v_run_count THEN
         RAISE EXCEPTION 'cairn: a run needs the general path' USING ERRCODE = 'CRN01';
     END IF;
-    -- Runs with no open step left end here when they end clean (`RUN_SUCCEED_IF_CLEAN` in `store/src/sql.rs`);
-    -- one with a failed step, or already finished, is left to Rust to name its failure.
+    -- Runs with no open step left end here when their counters say succeeded (`cairn_core::machine::run_end`:
+    -- no failed step); one with a failed step, or already finished, is left to Rust to name its failure.
     WITH finished AS (UPDATE runs SET status = 'succeeded', failure = NULL, finished_at = p_now, updated_at = p_now
         WHERE runs.id = ANY (v_ending) AND (runs.status IN ('pending', 'running')) IS TRUE
-            AND NOT EXISTS (SELECT 1 FROM steps f WHERE f.run_id = runs.id AND f.status = 'failed')
+            AND runs.failed_steps = 0
         RETURNING runs.id)
     SELECT count(*) INTO v_finished FROM finished;
     IF v_finished <> cardinality(v_ending) THEN
