@@ -1,4 +1,4 @@
-//! Shared harness for Cairn's end-to-end and failure-case tests (`tests/tests/*.rs`).
+//! Shared harness for Cairn's end-to-end and failure-case tests (`tests/tests/e2e/`, one test binary).
 //!
 //! - [`TestApp`]: a real [`Engine`] over a fresh database (a SQLite file, or a new PostgreSQL database when
 //!   `DATABASE_URL` is set) with a [`ManualClock`], so timers and backoff are driven by setting the time.

@@ -1,6 +1,6 @@
 //! `notify.send`: per-channel delivery records, the success policy, and de-duplication across retries.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 //! `idle_in_transaction_session_timeout` Cairn's sessions set. The proxy (`pg_proxy`) goes silent on a chosen
 //! statement and keeps the server's socket open, as a cut does.
 
-mod pg_proxy;
+use crate::pg_proxy;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

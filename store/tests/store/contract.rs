@@ -8,7 +8,7 @@
 //!   are reported as ignored with the reason, never as passing.
 //!
 //! Time is the `now_ms` each call passes (no clock, no sleeps). Run one backend with
-//! `cargo test -p cairn-store --test contract sqlite::` (or `postgres::`).
+//! `cargo test -p cairn-store --test store sqlite::` (or `postgres::`).
 //!
 //! Areas: `submit` (create, idempotency keys), `claim` (selection, limit, placeholders), `concurrency` (racing
 //! claimers, completions and cancel), `finish` (completion, fencing, output limits, unicode), `retry`
@@ -54,25 +54,23 @@ macro_rules! contract_tests {
     };
 }
 
-mod contract {
-    pub mod support;
+pub mod support;
 
-    mod approval;
-    mod batch;
-    mod batch_runs;
-    mod cancel;
-    mod claim;
-    mod columns;
-    mod concurrency;
-    mod delete;
-    mod event_order;
-    mod finish;
-    pub mod lease;
-    mod machine_model;
-    mod read;
-    mod retry;
-    mod settle;
-    mod submit;
-    mod writer;
-    mod writer_leaves;
-}
+mod approval;
+mod batch;
+mod batch_runs;
+mod cancel;
+mod claim;
+mod columns;
+mod concurrency;
+mod delete;
+mod event_order;
+mod finish;
+pub mod lease;
+mod machine_model;
+mod read;
+mod retry;
+mod settle;
+mod submit;
+mod writer;
+mod writer_leaves;

@@ -1,7 +1,7 @@
 //! `sleep`: checkpoints after every slice, resumes from the last checkpoint, and stops on cancellation. Uses
 //! paused tokio time, so nothing actually waits.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `weather.forecast` against a local server speaking Open-Meteo's recorded response shapes: date resolution in
 //! the city's time zone with an injected "now", parsing, and failure classification.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -5,7 +5,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "runtime/harness.rs"]
 mod harness;
 
 use std::sync::Arc;

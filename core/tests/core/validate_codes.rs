@@ -765,7 +765,7 @@ fn idempotent_defaults_to_the_actions_declared_effect() {
 
 #[test]
 fn valid_plan_has_no_diagnostics_and_returns_the_plan() {
-    let report = validate_str(include_str!("../../examples/rain-reminder.json"), Format::Json);
+    let report = validate_str(include_str!("../../../examples/rain-reminder.json"), Format::Json);
 
     assert!(report.valid, "the example plan is valid: {:#?}", report.diagnostics);
     assert!(report.diagnostics.is_empty(), "and has nothing to say");

@@ -2,7 +2,7 @@
 //! no answer by whether the request can have been received), that cancellation closes the connection, and which
 //! destinations are refused.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! committed, or a general-path batch whose `COMMIT`'s answer is lost, is answered from what it wrote, leases
 //! included (or written again when its `COMMIT` never arrived).
 
-mod pg_proxy;
+use crate::pg_proxy;
 
 use std::sync::atomic::Ordering;
 

@@ -1,6 +1,6 @@
 //! `llm.chat` against a local mock of `POST /v1/chat/completions`.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

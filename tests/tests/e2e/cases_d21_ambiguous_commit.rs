@@ -3,8 +3,8 @@
 //! connection to lose) cannot have.
 //!
 //! **What is faulted.** The engine's store connects through the lost-answer proxy of
-//! `store/tests/pg_proxy` in its [`pg_proxy::Loss::CommitAnswerAfter`] mode: armed once, it waits for the first
-//! message naming a marker statement, lets that statement and the rest of its transaction through, forwards
+//! `store/tests/store/pg_proxy.rs` in its [`pg_proxy::Loss::CommitAnswerAfter`] mode: armed once, it waits for the
+//! first message naming a marker statement, lets that statement and the rest of its transaction through, forwards
 //! the transaction's `COMMIT` to the server, and then closes the client's socket instead of passing the answer
 //! on. The transaction committed; the engine sees a lost connection. The marker is a statement that only the
 //! transition under test runs, its text sent for the first time on that connection (a prepared statement's
@@ -33,8 +33,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../store/tests/pg_proxy/mod.rs"]
-mod pg_proxy;
+use crate::pg_proxy;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -63,8 +63,7 @@ async fn an_orchestrator_alone_hears_no_other() {
     .await;
 }
 
-#[path = "../../store/tests/pg_proxy/mod.rs"]
-mod pg_proxy;
+use crate::pg_proxy;
 
 /// A listener whose connection is cut without a close (a failover, a network cut) never hears of it: sqlx's
 /// listener only reads. The second orchestrator's listener goes through a proxy that answers its `LISTEN` and then

@@ -1,6 +1,6 @@
 //! `condition.eval`: CEL over `vars` (bound as `input`).
 
-mod support;
+use crate::support;
 
 use cairn_workers::action::{Action, ActionError};
 use cairn_workers::actions::ConditionEval;

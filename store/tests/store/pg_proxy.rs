@@ -1,5 +1,5 @@
-//! Fixtures shared by the PostgreSQL connection tests (`pg_sessions.rs`, `pg_silence.rs`, and
-//! `tests/tests/engine_peers.rs`, which includes this file by path): a TCP proxy between
+//! Fixtures shared by the PostgreSQL connection tests (`pg_sessions`, `pg_silence`, and the end-to-end binary's
+//! `engine_peers` and `cases_d21_ambiguous_commit`, which include this file by path): a TCP proxy between
 //! the store and the test's server that loses a chosen statement's request or answer, or goes silent, and run
 //! `r1` with the batches that claim its steps.
 #![allow(dead_code)] // each test binary uses its own part
