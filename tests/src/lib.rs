@@ -47,15 +47,32 @@ pub enum Backend {
     Postgres,
 }
 
-/// The backends available here: SQLite always, PostgreSQL when `DATABASE_URL` is set. A test looping over
-/// this prints which backends it skipped, so a missing PostgreSQL is visible, not silently green.
-pub fn backends() -> Vec<Backend> {
-    if std::env::var("DATABASE_URL").is_ok() {
-        vec![Backend::Sqlite, Backend::Postgres]
-    } else {
-        eprintln!("SKIPPED on PostgreSQL: DATABASE_URL is not set");
-        vec![Backend::Sqlite]
-    }
+/// Declares the two tests of a behaviour written once as `async fn name(backend: Backend)`: `name::sqlite` and
+/// `name::postgres`. The PostgreSQL one is reported as ignored, with the reason, when `DATABASE_URL` was not set
+/// at build time (the `cairn_pg` cfg of `build.rs`), so a missing database shows in the summary instead of a
+/// test passing without having run. Arguments after the name go to `#[tokio::test(..)]`:
+///
+/// ```text
+/// on_both_backends!(a_run_survives_a_restart, flavor = "multi_thread", worker_threads = 2);
+/// /// What the test shows.
+/// async fn a_run_survives_a_restart(backend: Backend) { /* … */ }
+/// ```
+#[macro_export]
+macro_rules! on_both_backends {
+    ($name:ident $(, $($runtime:tt)+)?) => {
+        mod $name {
+            #[::tokio::test $(($($runtime)+))?]
+            async fn sqlite() {
+                super::$name($crate::Backend::Sqlite).await;
+            }
+
+            #[::tokio::test $(($($runtime)+))?]
+            #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: the PostgreSQL half of this test is skipped")]
+            async fn postgres() {
+                super::$name($crate::Backend::Postgres).await;
+            }
+        }
+    };
 }
 
 /// A running engine over a fresh database with a manual clock.

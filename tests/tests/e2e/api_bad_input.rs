@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use cairn_core::clock::ManualClock;
-use cairn_tests::backends;
 use cairn_tests::http::HttpApp;
+use cairn_tests::{Backend, on_both_backends};
 use serde_json::{Value, json};
 
 const START: &str = "2027-03-14T12:00:00Z";
@@ -69,75 +69,73 @@ fn nested_args(depth: usize) -> Vec<u8> {
     body
 }
 
-#[tokio::test]
-async fn bad_input_gets_a_clear_4xx_and_the_server_keeps_serving_with_nothing_stored() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, clock(), None).await;
-        let json_type = Some("application/json");
+on_both_backends!(bad_input_gets_a_clear_4xx_and_the_server_keeps_serving_with_nothing_stored);
+async fn bad_input_gets_a_clear_4xx_and_the_server_keeps_serving_with_nothing_stored(backend: Backend) {
+    let app = HttpApp::start(backend, clock(), None).await;
+    let json_type = Some("application/json");
 
-        let malformed = "{\n  \"plan\": {\"steps\": [}\n}".as_bytes().to_vec();
-        let answer = app.post_bytes("/v1/runs", json_type, malformed).await;
-        let details = assert_error("malformed JSON", &answer, 400, "malformed_json");
-        assert_eq!(details["line"], 2, "malformed JSON: the line of the error: {details}");
-        assert!(details["column"].as_u64().is_some_and(|c| c > 0), "malformed JSON: a column: {details}");
-        assert_still_serving_and_nothing_stored(&app, "malformed JSON").await;
+    let malformed = "{\n  \"plan\": {\"steps\": [}\n}".as_bytes().to_vec();
+    let answer = app.post_bytes("/v1/runs", json_type, malformed).await;
+    let details = assert_error("malformed JSON", &answer, 400, "malformed_json");
+    assert_eq!(details["line"], 2, "malformed JSON: the line of the error: {details}");
+    assert!(details["column"].as_u64().is_some_and(|c| c > 0), "malformed JSON: a column: {details}");
+    assert_still_serving_and_nothing_stored(&app, "malformed JSON").await;
 
-        let body = serde_json::to_vec(&json!({"plan": valid_plan()})).unwrap();
-        let answer = app.post_bytes("/v1/runs", Some("text/plain"), body.clone()).await;
-        assert_error("text/plain", &answer, 415, "unsupported_media_type");
-        let answer = app.post_bytes("/v1/runs", None, body).await;
-        assert_error("no content type", &answer, 415, "unsupported_media_type");
-        assert_still_serving_and_nothing_stored(&app, "wrong content type").await;
+    let body = serde_json::to_vec(&json!({"plan": valid_plan()})).unwrap();
+    let answer = app.post_bytes("/v1/runs", Some("text/plain"), body.clone()).await;
+    assert_error("text/plain", &answer, 415, "unsupported_media_type");
+    let answer = app.post_bytes("/v1/runs", None, body).await;
+    assert_error("no content type", &answer, 415, "unsupported_media_type");
+    assert_still_serving_and_nothing_stored(&app, "wrong content type").await;
 
-        let answer = app.post_bytes("/v1/runs", json_type, padded_body(10 * 1024 * 1024)).await;
-        assert_error("a 10 MB body", &answer, 413, "payload_too_large");
-        assert_still_serving_and_nothing_stored(&app, "a 10 MB body").await;
+    let answer = app.post_bytes("/v1/runs", json_type, padded_body(10 * 1024 * 1024)).await;
+    assert_error("a 10 MB body", &answer, 413, "payload_too_large");
+    assert_still_serving_and_nothing_stored(&app, "a 10 MB body").await;
 
-        let answer = app.post_bytes("/v1/runs", json_type, plan_with_steps(100_000)).await;
-        let details = assert_error("a 100,000-step plan", &answer, 422, "invalid_plan");
-        assert!(
-            diagnostic_codes(&details).contains(&"too_many_steps".to_owned()),
-            "a 100,000-step plan is refused for its size: {details:#}"
-        );
-        assert_still_serving_and_nothing_stored(&app, "a 100,000-step plan").await;
+    let answer = app.post_bytes("/v1/runs", json_type, plan_with_steps(100_000)).await;
+    let details = assert_error("a 100,000-step plan", &answer, 422, "invalid_plan");
+    assert!(
+        diagnostic_codes(&details).contains(&"too_many_steps".to_owned()),
+        "a 100,000-step plan is refused for its size: {details:#}"
+    );
+    assert_still_serving_and_nothing_stored(&app, "a 100,000-step plan").await;
 
-        for path in ["/v1/runs", "/v1/plans:validate"] {
-            let answer = app.post_bytes(path, json_type, nested_args(10_000)).await;
-            assert_error(&format!("args nested 10,000 deep on {path}"), &answer, 400, "malformed_json");
-        }
-        assert_still_serving_and_nothing_stored(&app, "deeply nested args").await;
-
-        let answer = app.post_bytes("/v1/runs", json_type, b"{\"plan\": \"\xff\xfe\"}".to_vec()).await;
-        assert_error("invalid UTF-8", &answer, 400, "invalid_utf8");
-        assert_still_serving_and_nothing_stored(&app, "invalid UTF-8").await;
-
-        let answer = app.post("/v1/runs", &json!({"plan": valid_plan(), "priority": 1})).await;
-        let _ = assert_error("an unknown body field", &answer, 422, "invalid_request");
-        assert!(answer.1["message"].as_str().unwrap().contains("priority"), "the unknown field is named: {}", answer.1);
-        let plan = json!({"steps": [{"id": "a", "action": "noop", "dependson": []}], "stpes": []});
-        let answer = app.post("/v1/runs", &json!({"plan": plan})).await;
-        let details = assert_error("unknown plan fields", &answer, 422, "invalid_plan");
-        let unknown: Vec<&str> = details["diagnostics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|d| d["code"] == "unknown_field")
-            .filter_map(|d| d["pointer"].as_str())
-            .collect();
-        assert_eq!(unknown.len(), 2, "both unknown fields are reported, each at its place: {details:#}");
-        assert_still_serving_and_nothing_stored(&app, "unknown fields").await;
-
-        let duplicate = br#"{"plan": {"steps": [{"id": "a", "action": "noop", "id": "b"}]}}"#.to_vec();
-        let answer = app.post_bytes("/v1/runs", json_type, duplicate).await;
-        assert_error("a duplicate key", &answer, 400, "duplicate_key");
-        let duplicate = br#"{"plan": {"steps": []}, "plan": {"steps": []}}"#.to_vec();
-        let answer = app.post_bytes("/v1/runs", json_type, duplicate).await;
-        assert_error("a duplicate top-level key", &answer, 400, "duplicate_key");
-        assert_still_serving_and_nothing_stored(&app, "duplicate keys").await;
-
-        let answer = app.post("/v1/runs", &json!({"plan": valid_plan()})).await;
-        assert_eq!(answer.0, 201, "{backend:?}: after all that, a valid plan is still accepted: {:#}", answer.1);
+    for path in ["/v1/runs", "/v1/plans:validate"] {
+        let answer = app.post_bytes(path, json_type, nested_args(10_000)).await;
+        assert_error(&format!("args nested 10,000 deep on {path}"), &answer, 400, "malformed_json");
     }
+    assert_still_serving_and_nothing_stored(&app, "deeply nested args").await;
+
+    let answer = app.post_bytes("/v1/runs", json_type, b"{\"plan\": \"\xff\xfe\"}".to_vec()).await;
+    assert_error("invalid UTF-8", &answer, 400, "invalid_utf8");
+    assert_still_serving_and_nothing_stored(&app, "invalid UTF-8").await;
+
+    let answer = app.post("/v1/runs", &json!({"plan": valid_plan(), "priority": 1})).await;
+    let _ = assert_error("an unknown body field", &answer, 422, "invalid_request");
+    assert!(answer.1["message"].as_str().unwrap().contains("priority"), "the unknown field is named: {}", answer.1);
+    let plan = json!({"steps": [{"id": "a", "action": "noop", "dependson": []}], "stpes": []});
+    let answer = app.post("/v1/runs", &json!({"plan": plan})).await;
+    let details = assert_error("unknown plan fields", &answer, 422, "invalid_plan");
+    let unknown: Vec<&str> = details["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["code"] == "unknown_field")
+        .filter_map(|d| d["pointer"].as_str())
+        .collect();
+    assert_eq!(unknown.len(), 2, "both unknown fields are reported, each at its place: {details:#}");
+    assert_still_serving_and_nothing_stored(&app, "unknown fields").await;
+
+    let duplicate = br#"{"plan": {"steps": [{"id": "a", "action": "noop", "id": "b"}]}}"#.to_vec();
+    let answer = app.post_bytes("/v1/runs", json_type, duplicate).await;
+    assert_error("a duplicate key", &answer, 400, "duplicate_key");
+    let duplicate = br#"{"plan": {"steps": []}, "plan": {"steps": []}}"#.to_vec();
+    let answer = app.post_bytes("/v1/runs", json_type, duplicate).await;
+    assert_error("a duplicate top-level key", &answer, 400, "duplicate_key");
+    assert_still_serving_and_nothing_stored(&app, "duplicate keys").await;
+
+    let answer = app.post("/v1/runs", &json!({"plan": valid_plan()})).await;
+    assert_eq!(answer.0, 201, "{backend:?}: after all that, a valid plan is still accepted: {:#}", answer.1);
 }
 
 /// A body just over a configured (smaller) limit is refused with 413 before it is parsed; one under it is not.
@@ -178,75 +176,67 @@ fn hostile_when(tail: &str) -> Value {
     ]})
 }
 
+on_both_backends!(expressions_too_long_or_too_deep_are_invalid_plans_and_the_server_keeps_serving);
 /// Issue "Hardening" F1: a `when` of 10,000 `1 +` terms (40 KB), 5,000 chained `.x` or 20,000 `[0]` would
 /// overflow a tokio worker's stack during validation and abort the server. Each is an invalid plan: 422 with a
 /// `limit_exceeded` diagnostic (pointer, limit) from `/v1/runs`, `{valid: false}` from `/v1/plans:validate`.
-#[tokio::test]
-async fn expressions_too_long_or_too_deep_are_invalid_plans_and_the_server_keeps_serving() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, clock(), None).await;
-        let plus = format!(".x + {} == 0", vec!["1"; 10_000].join(" + "));
-        let (selectors, indexes) = (".x".repeat(5_000), "[0]".repeat(20_000));
-        for (what, plan) in [
-            ("10,000 terms", hostile_when(&plus)),
-            ("5,000 selectors", hostile_when(&selectors)),
-            ("20,000 indexes", hostile_when(&indexes)),
-        ] {
-            let answer = app.post("/v1/runs", &json!({"plan": plan})).await;
-            let details = assert_error(what, &answer, 422, "invalid_plan");
-            let d = &details["diagnostics"][0];
-            assert_eq!(
-                (d["code"].as_str(), d["pointer"].as_str()),
-                (Some("limit_exceeded"), Some("/steps/1/when")),
-                "{what}: {details:#}"
-            );
-            assert!(
-                d["limit"]["name"].as_str().is_some_and(|n| n.starts_with("max_expression_")),
-                "{what}: the limit is named: {d:#}"
-            );
-            assert!(
-                d["limit"]["max"].as_u64().is_some() && d["limit"]["found"].as_u64() > d["limit"]["max"].as_u64(),
-                "{d:#}"
-            );
-            let (status, report) = app.post("/v1/plans:validate", &plan).await;
-            assert_eq!(
-                (status, report["valid"].as_bool()),
-                (200, Some(false)),
-                "{what}: validate answers invalid: {report:#}"
-            );
-            assert_eq!(report["diagnostics"][0]["code"], "limit_exceeded", "{what}: {report:#}");
-            assert_still_serving_and_nothing_stored(&app, what).await;
-        }
+async fn expressions_too_long_or_too_deep_are_invalid_plans_and_the_server_keeps_serving(backend: Backend) {
+    let app = HttpApp::start(backend, clock(), None).await;
+    let plus = format!(".x + {} == 0", vec!["1"; 10_000].join(" + "));
+    let (selectors, indexes) = (".x".repeat(5_000), "[0]".repeat(20_000));
+    for (what, plan) in [
+        ("10,000 terms", hostile_when(&plus)),
+        ("5,000 selectors", hostile_when(&selectors)),
+        ("20,000 indexes", hostile_when(&indexes)),
+    ] {
+        let answer = app.post("/v1/runs", &json!({"plan": plan})).await;
+        let details = assert_error(what, &answer, 422, "invalid_plan");
+        let d = &details["diagnostics"][0];
+        assert_eq!(
+            (d["code"].as_str(), d["pointer"].as_str()),
+            (Some("limit_exceeded"), Some("/steps/1/when")),
+            "{what}: {details:#}"
+        );
+        assert!(
+            d["limit"]["name"].as_str().is_some_and(|n| n.starts_with("max_expression_")),
+            "{what}: the limit is named: {d:#}"
+        );
+        assert!(
+            d["limit"]["max"].as_u64().is_some() && d["limit"]["found"].as_u64() > d["limit"]["max"].as_u64(),
+            "{d:#}"
+        );
+        let (status, report) = app.post("/v1/plans:validate", &plan).await;
+        assert_eq!(
+            (status, report["valid"].as_bool()),
+            (200, Some(false)),
+            "{what}: validate answers invalid: {report:#}"
+        );
+        assert_eq!(report["diagnostics"][0]["code"], "limit_exceeded", "{what}: {report:#}");
+        assert_still_serving_and_nothing_stored(&app, what).await;
     }
 }
 
+on_both_backends!(values_a_database_would_refuse_get_the_same_4xx_on_both_backends);
 /// Issue "Hardening" F6 (`pg_data_errors_503.sh`): on PostgreSQL, values the database refuses (a NUL in an id,
 /// a key or an event name; a 2,700-character idempotency key) would be answered 503 "unavailable; retry"
 /// forever, while SQLite accepts them. They are refused at the edge with a 4xx naming the field, identically on
 /// both.
-#[tokio::test]
-async fn values_a_database_would_refuse_get_the_same_4xx_on_both_backends() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, clock(), None).await;
-        let long_key: String = (0..2700).map(|i| char::from(b'a' + u8::try_from(i % 26).unwrap())).collect();
-        for (what, key) in [("a 2,700-byte idempotency key", long_key.as_str()), ("a NUL in the key", "a\u{0}b")] {
-            let answer = app.post("/v1/runs", &json!({"plan": valid_plan(), "idempotency_key": key})).await;
-            assert_error(&format!("{backend:?}: {what}"), &answer, 422, "invalid_request");
-            assert!(
-                answer.1["message"].as_str().unwrap().contains("idempotency_key"),
-                "the field is named: {}",
-                answer.1
-            );
-        }
-        assert_error("a NUL in a run id", &app.get("/v1/runs/a%00b").await, 400, "invalid_request");
-        assert_error("a NUL in a status filter", &app.get("/v1/runs?status=a%00b").await, 400, "invalid_request");
-        let answer = app.post("/v1/events", &json!({"name": "a\u{0}b"})).await;
-        assert_error(&format!("{backend:?}: a NUL in an event name"), &answer, 422, "invalid_request");
-        let answer = app.post("/v1/events", &json!({"name": "paid", "key": "k\u{0}"})).await;
-        assert_error(&format!("{backend:?}: a NUL in an event key"), &answer, 422, "invalid_request");
-        assert_still_serving_and_nothing_stored(&app, "values a database refuses").await;
-        let key = "k".repeat(255);
+async fn values_a_database_would_refuse_get_the_same_4xx_on_both_backends(backend: Backend) {
+    let app = HttpApp::start(backend, clock(), None).await;
+    let long_key: String = (0..2700).map(|i| char::from(b'a' + u8::try_from(i % 26).unwrap())).collect();
+    for (what, key) in [("a 2,700-byte idempotency key", long_key.as_str()), ("a NUL in the key", "a\u{0}b")] {
         let answer = app.post("/v1/runs", &json!({"plan": valid_plan(), "idempotency_key": key})).await;
-        assert_eq!(answer.0, 201, "{backend:?}: a key at the limit is accepted: {:#}", answer.1);
+        assert_error(&format!("{backend:?}: {what}"), &answer, 422, "invalid_request");
+        assert!(answer.1["message"].as_str().unwrap().contains("idempotency_key"), "the field is named: {}", answer.1);
     }
+    assert_error("a NUL in a run id", &app.get("/v1/runs/a%00b").await, 400, "invalid_request");
+    assert_error("a NUL in a status filter", &app.get("/v1/runs?status=a%00b").await, 400, "invalid_request");
+    let answer = app.post("/v1/events", &json!({"name": "a\u{0}b"})).await;
+    assert_error(&format!("{backend:?}: a NUL in an event name"), &answer, 422, "invalid_request");
+    let answer = app.post("/v1/events", &json!({"name": "paid", "key": "k\u{0}"})).await;
+    assert_error(&format!("{backend:?}: a NUL in an event key"), &answer, 422, "invalid_request");
+    assert_still_serving_and_nothing_stored(&app, "values a database refuses").await;
+    let key = "k".repeat(255);
+    let answer = app.post("/v1/runs", &json!({"plan": valid_plan(), "idempotency_key": key})).await;
+    assert_eq!(answer.0, 201, "{backend:?}: a key at the limit is accepted: {:#}", answer.1);
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cairn_core::clock::ManualClock;
 use cairn_tests::http::{HttpApp, step};
-use cairn_tests::{Backend, TestWorker, backends};
+use cairn_tests::{Backend, TestWorker, on_both_backends};
 use serde_json::{Value, json};
 
 const START: &str = "2027-03-14T12:00:00Z";
@@ -47,32 +47,30 @@ async fn with_a_token_configured_only_the_right_bearer_gets_in() {
     assert_eq!(status, 200, "health checks need no token");
 }
 
-#[tokio::test]
-async fn an_idempotency_key_returns_the_same_run_for_the_same_plan_and_conflicts_for_another() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, clock(), None).await;
-        let body = json!({"plan": noop_plan(1), "idempotency_key": "order-42"});
+on_both_backends!(an_idempotency_key_returns_the_same_run_for_the_same_plan_and_conflicts_for_another);
+async fn an_idempotency_key_returns_the_same_run_for_the_same_plan_and_conflicts_for_another(backend: Backend) {
+    let app = HttpApp::start(backend, clock(), None).await;
+    let body = json!({"plan": noop_plan(1), "idempotency_key": "order-42"});
 
-        let (first, run) = app.post("/v1/runs", &body).await;
-        assert_eq!(first, 201, "{backend:?}: the first submission creates the run: {run:#}");
-        let (again, same) = app.post("/v1/runs", &body).await;
-        assert_eq!(again, 200, "{backend:?}: the same key and plan returns the existing run: {same:#}");
-        assert_eq!(same["id"], run["id"], "{backend:?}: the same run id");
+    let (first, run) = app.post("/v1/runs", &body).await;
+    assert_eq!(first, 201, "{backend:?}: the first submission creates the run: {run:#}");
+    let (again, same) = app.post("/v1/runs", &body).await;
+    assert_eq!(again, 200, "{backend:?}: the same key and plan returns the existing run: {same:#}");
+    assert_eq!(same["id"], run["id"], "{backend:?}: the same run id");
 
-        let other = json!({"plan": noop_plan(2), "idempotency_key": "order-42"});
-        let (status, conflict) = app.post("/v1/runs", &other).await;
-        assert_eq!(status, 409, "{backend:?}: the same key with another plan conflicts: {conflict:#}");
-        assert_eq!(conflict["code"], "conflict");
-        assert_eq!(conflict["details"]["run_id"], run["id"], "{backend:?}: the conflict names the existing run");
-        assert_eq!(app.runs().await.len(), 1, "{backend:?}: one run in all");
-    }
+    let other = json!({"plan": noop_plan(2), "idempotency_key": "order-42"});
+    let (status, conflict) = app.post("/v1/runs", &other).await;
+    assert_eq!(status, 409, "{backend:?}: the same key with another plan conflicts: {conflict:#}");
+    assert_eq!(conflict["code"], "conflict");
+    assert_eq!(conflict["details"]["run_id"], run["id"], "{backend:?}: the conflict names the existing run");
+    assert_eq!(app.runs().await.len(), 1, "{backend:?}: one run in all");
 }
 
+on_both_backends!(a_submission_answers_the_run_exactly_as_a_read_right_after_shows_it);
 /// The answer to `POST /v1/runs` is built from what the submission inserted when no root needed a decision
 /// (no read-back), and read otherwise: either way it must be exactly what `GET` shows right after (no worker
 /// runs here, so nothing moves in between).
-#[tokio::test]
-async fn a_submission_answers_the_run_exactly_as_a_read_right_after_shows_it() {
+async fn a_submission_answers_the_run_exactly_as_a_read_right_after_shows_it(backend: Backend) {
     let plans: [(&str, Value, &[&str]); 4] = [
         ("one ready root", noop_plan(1), &["ready"]),
         (
@@ -96,71 +94,61 @@ async fn a_submission_answers_the_run_exactly_as_a_read_right_after_shows_it() {
             &["skipped"],
         ),
     ];
-    for backend in backends() {
-        let app = HttpApp::start(backend, clock(), None).await;
-        for (what, plan, expected) in &plans {
-            let (status, answer) = app.post("/v1/runs", &json!({"plan": plan})).await;
-            assert_eq!(status, 201, "{backend:?}, {what}: accepted: {answer:#}");
-            let run_id = answer["id"].as_str().expect("the answer has the run id");
-            let read = app.run(run_id).await;
-            assert_eq!(answer, read, "{backend:?}, {what}: the answer is the run as stored");
-            let statuses: Vec<&str> =
-                answer["steps"].as_array().unwrap().iter().map(|s| s["status"].as_str().unwrap()).collect();
-            assert_eq!(&statuses, expected, "{backend:?}, {what}: {answer:#}");
-        }
+    let app = HttpApp::start(backend, clock(), None).await;
+    for (what, plan, expected) in &plans {
+        let (status, answer) = app.post("/v1/runs", &json!({"plan": plan})).await;
+        assert_eq!(status, 201, "{backend:?}, {what}: accepted: {answer:#}");
+        let run_id = answer["id"].as_str().expect("the answer has the run id");
+        let read = app.run(run_id).await;
+        assert_eq!(answer, read, "{backend:?}, {what}: the answer is the run as stored");
+        let statuses: Vec<&str> =
+            answer["steps"].as_array().unwrap().iter().map(|s| s["status"].as_str().unwrap()).collect();
+        assert_eq!(&statuses, expected, "{backend:?}, {what}: {answer:#}");
     }
 }
 
-#[tokio::test]
-async fn the_summary_view_is_the_run_without_its_steps_and_an_unknown_view_is_refused() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, clock(), None).await;
-        let run_id = app.submit(json!({"steps": [
+on_both_backends!(the_summary_view_is_the_run_without_its_steps_and_an_unknown_view_is_refused);
+async fn the_summary_view_is_the_run_without_its_steps_and_an_unknown_view_is_refused(backend: Backend) {
+    let app = HttpApp::start(backend, clock(), None).await;
+    let run_id = app.submit(json!({"steps": [
             {"id": "a", "action": "noop", "args": {}}, {"id": "b", "action": "noop", "args": {}, "depends_on": ["a"]}]}))
         .await;
-        TestWorker::new("w").echo("noop").run_until_idle(app.engine()).await;
+    TestWorker::new("w").echo("noop").run_until_idle(app.engine()).await;
 
-        let (status, summary) = app.get(&format!("/v1/runs/{run_id}?view=summary")).await;
-        let (_, full) = app.get(&format!("/v1/runs/{run_id}?view=full")).await;
+    let (status, summary) = app.get(&format!("/v1/runs/{run_id}?view=summary")).await;
+    let (_, full) = app.get(&format!("/v1/runs/{run_id}?view=full")).await;
 
-        assert_eq!(status, 200, "{backend:?}: {summary:#}");
-        assert_eq!(summary["status"], "succeeded", "{backend:?}: the run ran to its end: {summary:#}");
-        let mut without_steps = full.clone();
-        without_steps.as_object_mut().unwrap().remove("steps");
-        assert_eq!(summary, without_steps, "{backend:?}: the summary is the full view less its steps");
-        assert_eq!(full, app.run(&run_id).await, "{backend:?}: `full` is the default");
-        let (status, refused) = app.get(&format!("/v1/runs/{run_id}?view=steps")).await;
-        assert_eq!((status, refused["code"].as_str()), (400, Some("invalid_view")), "{backend:?}: {refused:#}");
-        let (status, missing) = app.get("/v1/runs/nope?view=summary").await;
-        assert_eq!((status, missing["code"].as_str()), (404, Some("not_found")), "{backend:?}: {missing:#}");
-    }
+    assert_eq!(status, 200, "{backend:?}: {summary:#}");
+    assert_eq!(summary["status"], "succeeded", "{backend:?}: the run ran to its end: {summary:#}");
+    let mut without_steps = full.clone();
+    without_steps.as_object_mut().unwrap().remove("steps");
+    assert_eq!(summary, without_steps, "{backend:?}: the summary is the full view less its steps");
+    assert_eq!(full, app.run(&run_id).await, "{backend:?}: `full` is the default");
+    let (status, refused) = app.get(&format!("/v1/runs/{run_id}?view=steps")).await;
+    assert_eq!((status, refused["code"].as_str()), (400, Some("invalid_view")), "{backend:?}: {refused:#}");
+    let (status, missing) = app.get("/v1/runs/nope?view=summary").await;
+    assert_eq!((status, missing["code"].as_str()), (404, Some("not_found")), "{backend:?}: {missing:#}");
 }
 
-#[tokio::test]
-async fn cancel_finishes_the_run_once_and_a_second_cancel_conflicts() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, clock(), None).await;
-        let run_id = app.submit(noop_plan(1)).await;
+on_both_backends!(cancel_finishes_the_run_once_and_a_second_cancel_conflicts);
+async fn cancel_finishes_the_run_once_and_a_second_cancel_conflicts(backend: Backend) {
+    let app = HttpApp::start(backend, clock(), None).await;
+    let run_id = app.submit(noop_plan(1)).await;
 
-        let (status, run) = app.post(&format!("/v1/runs/{run_id}:cancel"), &json!({})).await;
-        assert_eq!(status, 200, "{backend:?}: cancel is accepted: {run:#}");
-        assert_eq!(run["status"], "cancelled", "{backend:?}: the answer shows the run cancelled");
-        assert_eq!(step(&run, "a")["status"], "cancelled", "{backend:?}: its open step is cancelled");
-        assert_eq!(app.run(&run_id).await["status"], "cancelled", "{backend:?}: and it stays cancelled");
+    let (status, run) = app.post(&format!("/v1/runs/{run_id}:cancel"), &json!({})).await;
+    assert_eq!(status, 200, "{backend:?}: cancel is accepted: {run:#}");
+    assert_eq!(run["status"], "cancelled", "{backend:?}: the answer shows the run cancelled");
+    assert_eq!(step(&run, "a")["status"], "cancelled", "{backend:?}: its open step is cancelled");
+    assert_eq!(app.run(&run_id).await["status"], "cancelled", "{backend:?}: and it stays cancelled");
 
-        let (status, again) = app.post(&format!("/v1/runs/{run_id}:cancel"), &json!({})).await;
-        assert_eq!(status, 409, "{backend:?}: cancelling a finished run conflicts: {again:#}");
-        assert_eq!(again["code"], "already_finished");
+    let (status, again) = app.post(&format!("/v1/runs/{run_id}:cancel"), &json!({})).await;
+    assert_eq!(status, 409, "{backend:?}: cancelling a finished run conflicts: {again:#}");
+    assert_eq!(again["code"], "already_finished");
 
-        let (status, missing) = app.post("/v1/runs/no-such-run:cancel", &json!({})).await;
-        assert_eq!(status, 404, "{backend:?}: cancelling an unknown run is 404: {missing:#}");
-        let worker = TestWorker::new("w").echo("noop");
-        assert_eq!(
-            worker.run_until_idle(app.engine()).await,
-            0,
-            "{backend:?}: nothing of a cancelled run is dispatched"
-        );
-    }
+    let (status, missing) = app.post("/v1/runs/no-such-run:cancel", &json!({})).await;
+    assert_eq!(status, 404, "{backend:?}: cancelling an unknown run is 404: {missing:#}");
+    let worker = TestWorker::new("w").echo("noop");
+    assert_eq!(worker.run_until_idle(app.engine()).await, 0, "{backend:?}: nothing of a cancelled run is dispatched");
 }
 
 #[tokio::test]
@@ -236,55 +224,53 @@ fn sse_events(text: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
-#[tokio::test]
-async fn the_event_stream_sends_history_then_live_events_and_ends_when_the_run_finishes() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, clock(), None).await;
-        let run_id = app.submit(noop_plan(7)).await;
-        let mut stream = app
-            .request(reqwest::Method::GET, &format!("/v1/runs/{run_id}/events"))
-            .header("Accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(stream.status(), 200);
-        let content_type = stream.headers()["content-type"].to_str().unwrap().to_owned();
-        assert!(content_type.starts_with("text/event-stream"), "{backend:?}: an SSE stream: {content_type}");
+on_both_backends!(the_event_stream_sends_history_then_live_events_and_ends_when_the_run_finishes);
+async fn the_event_stream_sends_history_then_live_events_and_ends_when_the_run_finishes(backend: Backend) {
+    let app = HttpApp::start(backend, clock(), None).await;
+    let run_id = app.submit(noop_plan(7)).await;
+    let mut stream = app
+        .request(reqwest::Method::GET, &format!("/v1/runs/{run_id}/events"))
+        .header("Accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let content_type = stream.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(content_type.starts_with("text/event-stream"), "{backend:?}: an SSE stream: {content_type}");
 
-        let mut text = String::new();
-        let history = tokio::time::timeout(LIMIT, async {
-            while !sse_events(&text).iter().any(|(kind, _)| kind == "run_created") {
-                let bytes = stream.chunk().await.unwrap().expect("the stream stays open while the run is open");
-                text.push_str(&String::from_utf8_lossy(&bytes));
-            }
-        })
-        .await;
-        assert!(history.is_ok(), "{backend:?}: the stream sends the history so far: {text}");
-        assert!(
-            !sse_events(&text).iter().any(|(kind, _)| kind == "step_succeeded"),
-            "{backend:?}: nothing ran yet: {text}"
-        );
-
-        TestWorker::new("w").echo("noop").run_until_idle(app.engine()).await;
-        let ended = tokio::time::timeout(LIMIT, async {
-            while let Some(bytes) = stream.chunk().await.unwrap() {
-                text.push_str(&String::from_utf8_lossy(&bytes));
-            }
-        })
-        .await;
-        assert!(ended.is_ok(), "{backend:?}: the stream ends after the run finished; so far: {text}");
-
-        let kinds: Vec<String> = sse_events(&text).into_iter().map(|(kind, _)| kind).collect();
-        for kind in ["run_created", "step_started", "step_succeeded", "run_succeeded"] {
-            assert!(kinds.contains(&kind.to_owned()), "{backend:?}: the stream carried `{kind}`: {kinds:?}");
+    let mut text = String::new();
+    let history = tokio::time::timeout(LIMIT, async {
+        while !sse_events(&text).iter().any(|(kind, _)| kind == "run_created") {
+            let bytes = stream.chunk().await.unwrap().expect("the stream stays open while the run is open");
+            text.push_str(&String::from_utf8_lossy(&bytes));
         }
-        assert_eq!(kinds.last().map(String::as_str), Some("run_succeeded"), "{backend:?}: the last event ends the run");
-        let (status, history) = app.get(&format!("/v1/runs/{run_id}/events")).await;
-        assert_eq!(status, 200);
-        assert_eq!(
-            history["events"].as_array().unwrap().len(),
-            kinds.len(),
-            "{backend:?}: the stream sent each history entry exactly once"
-        );
+    })
+    .await;
+    assert!(history.is_ok(), "{backend:?}: the stream sends the history so far: {text}");
+    assert!(
+        !sse_events(&text).iter().any(|(kind, _)| kind == "step_succeeded"),
+        "{backend:?}: nothing ran yet: {text}"
+    );
+
+    TestWorker::new("w").echo("noop").run_until_idle(app.engine()).await;
+    let ended = tokio::time::timeout(LIMIT, async {
+        while let Some(bytes) = stream.chunk().await.unwrap() {
+            text.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "{backend:?}: the stream ends after the run finished; so far: {text}");
+
+    let kinds: Vec<String> = sse_events(&text).into_iter().map(|(kind, _)| kind).collect();
+    for kind in ["run_created", "step_started", "step_succeeded", "run_succeeded"] {
+        assert!(kinds.contains(&kind.to_owned()), "{backend:?}: the stream carried `{kind}`: {kinds:?}");
     }
+    assert_eq!(kinds.last().map(String::as_str), Some("run_succeeded"), "{backend:?}: the last event ends the run");
+    let (status, history) = app.get(&format!("/v1/runs/{run_id}/events")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        history["events"].as_array().unwrap().len(),
+        kinds.len(),
+        "{backend:?}: the stream sent each history entry exactly once"
+    );
 }

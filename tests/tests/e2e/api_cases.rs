@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use cairn_core::clock::ManualClock;
 use cairn_tests::http::{HttpApp, step};
-use cairn_tests::{TestWorker, backends};
+use cairn_tests::{Backend, TestWorker, on_both_backends};
 use serde_json::{Value, json};
 
 const START: &str = "2027-03-14T12:00:00Z";
@@ -64,104 +64,96 @@ fn plan_body(plan: &str) -> String {
     format!(r#"{{"plan": {plan}}}"#)
 }
 
+on_both_backends!(c01_duplicate_step_ids_are_rejected_at_submit_and_nothing_runs);
 /// C01: non-adjacent duplicate ids, look-alike ids (NFC/NFD), and a key repeated inside one step are refused.
-#[tokio::test]
-async fn c01_duplicate_step_ids_are_rejected_at_submit_and_nothing_runs() {
-    for backend in backends() {
-        let app = app(backend).await;
-        let plan = r#"{"steps":[
+async fn c01_duplicate_step_ids_are_rejected_at_submit_and_nothing_runs(backend: Backend) {
+    let app = app(backend).await;
+    let plan = r#"{"steps":[
           {"id":"weather","action":"weather.forecast","args":{"city":"Shanghai"},"depends_on":[]},
           {"id":"notify","action":"notify.send","args":{"text":"rain $weather.output.precip_prob"},"depends_on":["weather"]},
           {"id":"log","action":"noop","args":{},"depends_on":["notify"]},
           {"id":"notify","action":"notify.send","args":{"text":"second"},"depends_on":[]}
         ]}"#;
-        let answer = assert_rejected(&app, "C01", &plan_body(plan), 422, "invalid_plan").await;
-        let dup = assert_names("C01", &answer, "duplicate_step_id", "notify", "/steps/3/id");
-        let message = dup["message"].as_str().unwrap();
-        assert!(message.contains("index 1") && message.contains("index 3"), "C01: both positions: {message}");
+    let answer = assert_rejected(&app, "C01", &plan_body(plan), 422, "invalid_plan").await;
+    let dup = assert_names("C01", &answer, "duplicate_step_id", "notify", "/steps/3/id");
+    let message = dup["message"].as_str().unwrap();
+    assert!(message.contains("index 1") && message.contains("index 3"), "C01: both positions: {message}");
 
-        let plan = r#"{"steps":[{"id":"caf\u00e9","action":"noop"},{"id":"cafe\u0301","action":"noop"}]}"#;
-        let answer = assert_rejected(&app, "C01 b", &plan_body(plan), 422, "invalid_plan").await;
-        assert!(
-            !diagnostics(&answer, "duplicate_step_id").is_empty()
-                || !diagnostics(&answer, "invalid_step_id").is_empty(),
-            "C01 b: refused as a duplicate or by the id charset, never one shadowing the other: {answer:#}"
-        );
+    let plan = r#"{"steps":[{"id":"caf\u00e9","action":"noop"},{"id":"cafe\u0301","action":"noop"}]}"#;
+    let answer = assert_rejected(&app, "C01 b", &plan_body(plan), 422, "invalid_plan").await;
+    assert!(
+        !diagnostics(&answer, "duplicate_step_id").is_empty() || !diagnostics(&answer, "invalid_step_id").is_empty(),
+        "C01 b: refused as a duplicate or by the id charset, never one shadowing the other: {answer:#}"
+    );
 
-        let plan = r#"{"steps":[{"id":"a","action":"noop","id":"b","args":{}}]}"#;
-        let answer = assert_rejected(&app, "C01 c", &plan_body(plan), 400, "duplicate_key").await;
-        assert!(answer["message"].as_str().unwrap().contains("id"), "C01 c: names the repeated key: {answer:#}");
-    }
+    let plan = r#"{"steps":[{"id":"a","action":"noop","id":"b","args":{}}]}"#;
+    let answer = assert_rejected(&app, "C01 c", &plan_body(plan), 400, "duplicate_key").await;
+    assert!(answer["message"].as_str().unwrap().contains("id"), "C01 c: names the repeated key: {answer:#}");
 }
 
+on_both_backends!(c02_self_dependencies_and_cycles_are_rejected_at_submit);
 /// C02: a self-dependency, a self-reference through a placeholder, and a cycle behind a valid prefix are refused;
 /// a repeated dependency entry is not a cycle and runs once.
-#[tokio::test]
-async fn c02_self_dependencies_and_cycles_are_rejected_at_submit() {
-    for backend in backends() {
-        let app = app(backend).await;
-        let plan = r#"{"steps":[{"id":"a","action":"noop","args":{},"depends_on":["a"]}]}"#;
-        let answer = assert_rejected(&app, "C02 a", &plan_body(plan), 422, "invalid_plan").await;
-        assert_names("C02 a", &answer, "self_dependency", "a", "/steps/0/depends_on/0");
+async fn c02_self_dependencies_and_cycles_are_rejected_at_submit(backend: Backend) {
+    let app = app(backend).await;
+    let plan = r#"{"steps":[{"id":"a","action":"noop","args":{},"depends_on":["a"]}]}"#;
+    let answer = assert_rejected(&app, "C02 a", &plan_body(plan), 422, "invalid_plan").await;
+    assert_names("C02 a", &answer, "self_dependency", "a", "/steps/0/depends_on/0");
 
-        let plan = r#"{"steps":[{"id":"a","action":"noop","args":{"x":"$a.output.y"},"depends_on":[]}]}"#;
-        let answer = assert_rejected(&app, "C02 b", &plan_body(plan), 422, "invalid_plan").await;
-        assert_names("C02 b", &answer, "placeholder_not_ancestor", "a", "/steps/0/args/x");
+    let plan = r#"{"steps":[{"id":"a","action":"noop","args":{"x":"$a.output.y"},"depends_on":[]}]}"#;
+    let answer = assert_rejected(&app, "C02 b", &plan_body(plan), 422, "invalid_plan").await;
+    assert_names("C02 b", &answer, "placeholder_not_ancestor", "a", "/steps/0/args/x");
 
-        let plan = r#"{"steps":[
+    let plan = r#"{"steps":[
           {"id":"root","action":"noop","args":{},"depends_on":[]},
           {"id":"b","action":"noop","args":{},"depends_on":["root","d"]},
           {"id":"c","action":"noop","args":{},"depends_on":["b"]},
           {"id":"d","action":"noop","args":{},"depends_on":["c"]}
         ]}"#;
-        let answer = assert_rejected(&app, "C02 c", &plan_body(plan), 422, "invalid_plan").await;
-        let cycle = diagnostics(&answer, "cycle");
-        assert_eq!(cycle.len(), 1, "C02 c: one cycle: {answer:#}");
-        assert_eq!(cycle[0]["cycle"], json!(["b", "c", "d", "b"]), "C02 c: the cycle path, in order");
+    let answer = assert_rejected(&app, "C02 c", &plan_body(plan), 422, "invalid_plan").await;
+    let cycle = diagnostics(&answer, "cycle");
+    assert_eq!(cycle.len(), 1, "C02 c: one cycle: {answer:#}");
+    assert_eq!(cycle[0]["cycle"], json!(["b", "c", "d", "b"]), "C02 c: the cycle path, in order");
 
-        let plan = json!({"steps": [
-          {"id": "root", "action": "noop", "args": {}, "depends_on": []},
-          {"id": "x", "action": "noop", "args": {}, "depends_on": ["root", "root"]}
-        ]});
-        let (status, run) = app.post("/v1/runs", &json!({"plan": plan})).await;
-        assert_eq!(status, 201, "C02 d: a repeated dependency is accepted: {run:#}");
-        let run_id = run["id"].as_str().unwrap();
-        let worker = TestWorker::new("w").echo("noop");
-        worker.run_until_idle(app.engine()).await;
-        let run = app.run(run_id).await;
-        assert_eq!(run["status"], "succeeded", "C02 d: the run succeeds: {run:#}");
-        assert_eq!(worker.calls_for("x").len(), 1, "C02 d: `x` runs exactly once");
-        assert_eq!(step(&run, "x")["attempts"], 1);
-    }
+    let plan = json!({"steps": [
+      {"id": "root", "action": "noop", "args": {}, "depends_on": []},
+      {"id": "x", "action": "noop", "args": {}, "depends_on": ["root", "root"]}
+    ]});
+    let (status, run) = app.post("/v1/runs", &json!({"plan": plan})).await;
+    assert_eq!(status, 201, "C02 d: a repeated dependency is accepted: {run:#}");
+    let run_id = run["id"].as_str().unwrap();
+    let worker = TestWorker::new("w").echo("noop");
+    worker.run_until_idle(app.engine()).await;
+    let run = app.run(run_id).await;
+    assert_eq!(run["status"], "succeeded", "C02 d: the run succeeds: {run:#}");
+    assert_eq!(worker.calls_for("x").len(), 1, "C02 d: `x` runs exactly once");
+    assert_eq!(step(&run, "x")["attempts"], 1);
 }
 
+on_both_backends!(c03a_an_unknown_dependency_is_rejected_at_submit_with_a_hint);
 /// C03 a: an unknown dependency is refused naming the step and the missing id, with a did-you-mean hint.
-#[tokio::test]
-async fn c03a_an_unknown_dependency_is_rejected_at_submit_with_a_hint() {
-    for backend in backends() {
-        let app = app(backend).await;
-        let plan = r#"{"context":{"timezone":"Asia/Shanghai"},"steps":[
+async fn c03a_an_unknown_dependency_is_rejected_at_submit_with_a_hint(backend: Backend) {
+    let app = app(backend).await;
+    let plan = r#"{"context":{"timezone":"Asia/Shanghai"},"steps":[
           {"id":"weather","action":"weather.forecast","args":{"city":"Shanghai"},"depends_on":[]},
           {"id":"remind","action":"notify.send","args":{"text":"umbrella"},"not_before":"tomorrow 08:00",
            "depends_on":["wether"]}
         ]}"#;
-        let answer = assert_rejected(&app, "C03 a", &plan_body(plan), 422, "invalid_plan").await;
-        let error = assert_names("C03 a", &answer, "unknown_dependency", "remind", "/steps/1/depends_on/0");
-        assert!(error["message"].as_str().unwrap().contains("wether"), "C03 a: names the missing id: {error:#}");
-        assert_eq!(error["hint"], "did you mean `weather`?", "C03 a: suggests the near match");
-    }
+    let answer = assert_rejected(&app, "C03 a", &plan_body(plan), 422, "invalid_plan").await;
+    let error = assert_names("C03 a", &answer, "unknown_dependency", "remind", "/steps/1/depends_on/0");
+    assert!(error["message"].as_str().unwrap().contains("wether"), "C03 a: names the missing id: {error:#}");
+    assert_eq!(error["hint"], "did you mean `weather`?", "C03 a: suggests the near match");
 }
 
+on_both_backends!(c06b_an_unknown_placeholder_is_rejected_at_submit_naming_it);
 /// C06 b: a placeholder to a step that does not exist is refused naming it, never sent as `""`.
-#[tokio::test]
-async fn c06b_an_unknown_placeholder_is_rejected_at_submit_naming_it() {
-    for backend in backends() {
-        let app = app(backend).await;
-        let plan = r#"{"steps":[{"id":"bad","action":"notify.send","args":{"text":"hello $nobody.output.x"},"depends_on":[]}]}"#;
-        let answer = assert_rejected(&app, "C06 b", &plan_body(plan), 422, "invalid_plan").await;
-        let error = assert_names("C06 b", &answer, "placeholder_unknown_step", "bad", "/steps/0/args/text");
-        assert!(error["message"].as_str().unwrap().contains("nobody"), "C06 b: names the reference: {error:#}");
-    }
+async fn c06b_an_unknown_placeholder_is_rejected_at_submit_naming_it(backend: Backend) {
+    let app = app(backend).await;
+    let plan =
+        r#"{"steps":[{"id":"bad","action":"notify.send","args":{"text":"hello $nobody.output.x"},"depends_on":[]}]}"#;
+    let answer = assert_rejected(&app, "C06 b", &plan_body(plan), 422, "invalid_plan").await;
+    let error = assert_names("C06 b", &answer, "placeholder_unknown_step", "bad", "/steps/0/args/text");
+    assert!(error["message"].as_str().unwrap().contains("nobody"), "C06 b: names the reference: {error:#}");
 }
 
 /// C10 c: invalid retry policies (zero attempts, coefficients below 1 or negative, a negative or inverted
@@ -201,18 +193,16 @@ async fn c26b_a_lone_surrogate_is_rejected_at_submit_with_a_parse_error() {
     assert_eq!(status, 200, "C26 b: the process did not crash");
 }
 
+on_both_backends!(c26c_a_non_ascii_step_id_is_rejected_by_the_documented_charset);
 /// C26 c: a non-ASCII step id is outside the documented id charset (`[A-Za-z_][A-Za-z0-9_-]{0,63}`), so it is
 /// refused at submit — never accepted and then stuck.
-#[tokio::test]
-async fn c26c_a_non_ascii_step_id_is_rejected_by_the_documented_charset() {
-    for backend in backends() {
-        let app = app(backend).await;
-        let plan = r#"{"steps":[
+async fn c26c_a_non_ascii_step_id_is_rejected_by_the_documented_charset(backend: Backend) {
+    let app = app(backend).await;
+    let plan = r#"{"steps":[
           {"id":"提醒","action":"noop","args":{"text":"带伞"}},
           {"id":"after","action":"noop","args":{"t":"$提醒.output.text"},"depends_on":["提醒"]}
         ]}"#;
-        let answer = assert_rejected(&app, "C26 c", &plan_body(plan), 422, "invalid_plan").await;
-        let ids = diagnostics(&answer, "invalid_step_id");
-        assert!(ids.iter().any(|d| d["pointer"] == "/steps/0/id"), "C26 c: the id is refused at its field: {answer:#}");
-    }
+    let answer = assert_rejected(&app, "C26 c", &plan_body(plan), 422, "invalid_plan").await;
+    let ids = diagnostics(&answer, "invalid_step_id");
+    assert!(ids.iter().any(|d| d["pointer"] == "/steps/0/id"), "C26 c: the id is refused at its field: {answer:#}");
 }

@@ -35,7 +35,7 @@ use cairn_core::catalog::StaticCatalog;
 use cairn_orchestrator::Engine;
 use cairn_orchestrator::scheduler::{ScheduleSpec, TickSummary};
 use cairn_store::{Claimed, Report, ScheduleTick, Store};
-use cairn_tests::{Backend, TestApp, backends, invariants};
+use cairn_tests::{Backend, TestApp, invariants, on_both_backends};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -182,125 +182,117 @@ async fn assert_all_succeeded(store: &Store, context: &str) {
     }
 }
 
+on_both_backends!(d18_skip_starts_no_run_for_missed_ticks_and_next_runs_the_16_05_tick);
 /// `skip`: no run for any of the 72 missed ticks; the next run is the 16:05 tick's.
-#[tokio::test]
-async fn d18_skip_starts_no_run_for_missed_ticks_and_next_runs_the_16_05_tick() {
-    for backend in backends() {
-        let (app, mut sleeper, first, _) = down_from_10_02_to_16_03(backend, json!({"misfire": "skip"})).await;
-        assert!(first.started.is_empty(), "{backend:?}: skip starts nothing for missed ticks: {first:?}");
-        assert_eq!(first.missed, 72, "{backend:?}: the 72 ticks 10:05 … 16:00 are counted as missed");
-        let next = app.store().schedule("sweep").await.unwrap().unwrap().next_fire_at_ms;
-        assert_eq!(next, Some(at("16:05:00")), "{backend:?}: the schedule continues with 16:05");
+async fn d18_skip_starts_no_run_for_missed_ticks_and_next_runs_the_16_05_tick(backend: Backend) {
+    let (app, mut sleeper, first, _) = down_from_10_02_to_16_03(backend, json!({"misfire": "skip"})).await;
+    assert!(first.started.is_empty(), "{backend:?}: skip starts nothing for missed ticks: {first:?}");
+    assert_eq!(first.missed, 72, "{backend:?}: the 72 ticks 10:05 … 16:00 are counted as missed");
+    let next = app.store().schedule("sweep").await.unwrap().unwrap().next_fire_at_ms;
+    assert_eq!(next, Some(at("16:05:00")), "{backend:?}: the schedule continues with 16:05");
 
-        drive(&app, &mut sleeper, at("16:06:00"), "sweep").await;
+    drive(&app, &mut sleeper, at("16:06:00"), "sweep").await;
 
-        assert_eq!(started(app.store(), "sweep").await, ["10:00", "16:05"], "{backend:?}: no missed tick ran");
-        assert_16_05_ran_on_time(&app, "sweep", &format!("{backend:?}")).await;
-        assert_one_run_per_logical_time(app.store(), &["sweep"], &format!("{backend:?}")).await;
-        assert_all_succeeded(app.store(), &format!("{backend:?}")).await;
-        invariants::assert_hold(app.store(), &format!("{backend:?}: d18 skip")).await;
-    }
+    assert_eq!(started(app.store(), "sweep").await, ["10:00", "16:05"], "{backend:?}: no missed tick ran");
+    assert_16_05_ran_on_time(&app, "sweep", &format!("{backend:?}")).await;
+    assert_one_run_per_logical_time(app.store(), &["sweep"], &format!("{backend:?}")).await;
+    assert_all_succeeded(app.store(), &format!("{backend:?}")).await;
+    invariants::assert_hold(app.store(), &format!("{backend:?}: d18 skip")).await;
 }
 
+on_both_backends!(d18_fire_once_starts_one_run_for_16_00_at_16_03_then_the_16_05_tick);
 /// `fire_once`: exactly one run for the missed ticks, logical time 16:00 (the latest missed tick), created at
 /// 16:03; then the 16:05 tick.
-#[tokio::test]
-async fn d18_fire_once_starts_one_run_for_16_00_at_16_03_then_the_16_05_tick() {
-    for backend in backends() {
-        let (app, mut sleeper, first, _) = down_from_10_02_to_16_03(backend, json!({"misfire": "fire_once"})).await;
-        let runs = first_pass_runs(&app, &first).await;
-        assert_eq!(runs, [("16:00".to_owned(), at("16:03:00"))], "{backend:?}: one run, for 16:00, at 16:03");
-        assert_eq!(first.missed, 71, "{backend:?}: the other 71 missed ticks are dropped and counted");
+async fn d18_fire_once_starts_one_run_for_16_00_at_16_03_then_the_16_05_tick(backend: Backend) {
+    let (app, mut sleeper, first, _) = down_from_10_02_to_16_03(backend, json!({"misfire": "fire_once"})).await;
+    let runs = first_pass_runs(&app, &first).await;
+    assert_eq!(runs, [("16:00".to_owned(), at("16:03:00"))], "{backend:?}: one run, for 16:00, at 16:03");
+    assert_eq!(first.missed, 71, "{backend:?}: the other 71 missed ticks are dropped and counted");
 
-        drive(&app, &mut sleeper, at("16:06:00"), "sweep").await;
+    drive(&app, &mut sleeper, at("16:06:00"), "sweep").await;
 
-        assert_eq!(started(app.store(), "sweep").await, ["10:00", "16:00", "16:05"], "{backend:?}: then 16:05");
-        assert_16_05_ran_on_time(&app, "sweep", &format!("{backend:?}")).await;
-        assert_eq!(app.store().runs(None, 100, 0).await.unwrap().len(), 3, "{backend:?}: never more runs");
-        assert_one_run_per_logical_time(app.store(), &["sweep"], &format!("{backend:?}")).await;
-        assert_all_succeeded(app.store(), &format!("{backend:?}")).await;
-        invariants::assert_hold(app.store(), &format!("{backend:?}: d18 fire_once")).await;
-    }
+    assert_eq!(started(app.store(), "sweep").await, ["10:00", "16:00", "16:05"], "{backend:?}: then 16:05");
+    assert_16_05_ran_on_time(&app, "sweep", &format!("{backend:?}")).await;
+    assert_eq!(app.store().runs(None, 100, 0).await.unwrap().len(), 3, "{backend:?}: never more runs");
+    assert_one_run_per_logical_time(app.store(), &["sweep"], &format!("{backend:?}")).await;
+    assert_all_succeeded(app.store(), &format!("{backend:?}")).await;
+    invariants::assert_hold(app.store(), &format!("{backend:?}: d18 fire_once")).await;
 }
 
+on_both_backends!(d18_catch_up_starts_the_ten_most_recent_missed_ticks_each_once_then_the_16_05_tick);
 /// `catch_up` max 10: exactly ten runs, for the ten most recent missed ticks 15:15 … 16:00, each with its own
 /// logical time, created at 16:03 oldest first; then the 16:05 tick. With `overlap: allow` they run together.
-#[tokio::test]
-async fn d18_catch_up_starts_the_ten_most_recent_missed_ticks_each_once_then_the_16_05_tick() {
-    for backend in backends() {
-        let policy = json!({"misfire": "catch_up", "catch_up_max": 10});
-        let (app, mut sleeper, first, _) = down_from_10_02_to_16_03(backend, policy).await;
-        let runs = first_pass_runs(&app, &first).await;
-        let latest_ten: Vec<(String, i64)> =
-            (0..10).map(|i| (hhmm(at("15:15:00") + i * 5 * MINUTE), at("16:03:00"))).collect();
-        assert_eq!(runs, latest_ten, "{backend:?}: 15:15 … 16:00, oldest first, all created at 16:03");
-        assert_eq!(first.missed, 62, "{backend:?}: the 62 older missed ticks are dropped and counted");
-        let mut created = Vec::new();
-        for (_, _, run) in &first.started {
-            let events = app.store().events(run, 0, 100).await.unwrap();
-            created.push(events.iter().find(|e| e.kind == "run_created").unwrap().id);
-        }
-        assert!(created.is_sorted(), "{backend:?}: created oldest tick first: {created:?}");
-
-        let most_open = drive(&app, &mut sleeper, at("16:06:00"), "sweep").await;
-
-        let mut expected = vec!["10:00".to_owned()];
-        expected.extend(latest_ten.into_iter().map(|(t, _)| t));
-        expected.push("16:05".to_owned());
-        assert_eq!(started(app.store(), "sweep").await, expected, "{backend:?}: never more runs than the ten");
-        assert_eq!(most_open, 10, "{backend:?}: overlap allow lets the ten run together");
-        assert_16_05_ran_on_time(&app, "sweep", &format!("{backend:?}")).await;
-        assert_eq!(app.store().runs(None, 100, 0).await.unwrap().len(), 12, "{backend:?}: 1 + 10 + 1 runs");
-        assert_one_run_per_logical_time(app.store(), &["sweep"], &format!("{backend:?}")).await;
-        assert_all_succeeded(app.store(), &format!("{backend:?}")).await;
-        invariants::assert_hold(app.store(), &format!("{backend:?}: d18 catch_up")).await;
+async fn d18_catch_up_starts_the_ten_most_recent_missed_ticks_each_once_then_the_16_05_tick(backend: Backend) {
+    let policy = json!({"misfire": "catch_up", "catch_up_max": 10});
+    let (app, mut sleeper, first, _) = down_from_10_02_to_16_03(backend, policy).await;
+    let runs = first_pass_runs(&app, &first).await;
+    let latest_ten: Vec<(String, i64)> =
+        (0..10).map(|i| (hhmm(at("15:15:00") + i * 5 * MINUTE), at("16:03:00"))).collect();
+    assert_eq!(runs, latest_ten, "{backend:?}: 15:15 … 16:00, oldest first, all created at 16:03");
+    assert_eq!(first.missed, 62, "{backend:?}: the 62 older missed ticks are dropped and counted");
+    let mut created = Vec::new();
+    for (_, _, run) in &first.started {
+        let events = app.store().events(run, 0, 100).await.unwrap();
+        created.push(events.iter().find(|e| e.kind == "run_created").unwrap().id);
     }
+    assert!(created.is_sorted(), "{backend:?}: created oldest tick first: {created:?}");
+
+    let most_open = drive(&app, &mut sleeper, at("16:06:00"), "sweep").await;
+
+    let mut expected = vec!["10:00".to_owned()];
+    expected.extend(latest_ten.into_iter().map(|(t, _)| t));
+    expected.push("16:05".to_owned());
+    assert_eq!(started(app.store(), "sweep").await, expected, "{backend:?}: never more runs than the ten");
+    assert_eq!(most_open, 10, "{backend:?}: overlap allow lets the ten run together");
+    assert_16_05_ran_on_time(&app, "sweep", &format!("{backend:?}")).await;
+    assert_eq!(app.store().runs(None, 100, 0).await.unwrap().len(), 12, "{backend:?}: 1 + 10 + 1 runs");
+    assert_one_run_per_logical_time(app.store(), &["sweep"], &format!("{backend:?}")).await;
+    assert_all_succeeded(app.store(), &format!("{backend:?}")).await;
+    invariants::assert_hold(app.store(), &format!("{backend:?}: d18 catch_up")).await;
 }
 
+on_both_backends!(d18_b_a_pause_is_not_downtime_resume_catches_nothing_up_and_runs_the_16_05_tick);
 /// Variant b: the schedule (one per misfire policy) is paused at 10:02 while the orchestrator keeps passing
 /// every minute, and resumed at 16:03: no policy catches up (ticks inside a pause never fire), and the next run
 /// of each is the 16:05 tick's.
-#[tokio::test]
-async fn d18_b_a_pause_is_not_downtime_resume_catches_nothing_up_and_runs_the_16_05_tick() {
+async fn d18_b_a_pause_is_not_downtime_resume_catches_nothing_up_and_runs_the_16_05_tick(backend: Backend) {
     let policies = [
         ("sweep-skip", json!({"misfire": "skip"})),
         ("sweep-once", json!({"misfire": "fire_once"})),
         ("sweep-catch", json!({"misfire": "catch_up", "catch_up_max": 10})),
     ];
     let ids = policies.clone().map(|(id, _)| id);
-    for backend in backends() {
-        let app = TestApp::new(backend, &format!("{DAY}T09:58:00Z")).await;
-        for (id, policy) in &policies {
-            app.engine.create_schedule(&schedule(id, policy.clone())).await.unwrap();
-        }
-        let mut sleeper = Sleeper::default();
-        drive(&app, &mut sleeper, at("10:02:00"), ids[0]).await;
-        for id in ids {
-            app.engine.pause_schedule(id).await.unwrap();
-        }
-        while app.now_ms() < at("16:03:00") {
-            app.set_time_ms(app.now_ms() + MINUTE);
-            let pass = app.engine.tick_schedules().await.unwrap();
-            assert!(pass.started.is_empty(), "{backend:?}: nothing fires while paused: {pass:?}");
-        }
-        for id in ids {
-            let resumed = app.engine.resume_schedule(id).await.unwrap();
-            assert_eq!(resumed.next_fire_at_ms, Some(at("16:05:00")), "{backend:?}: {id} resumes from now");
-        }
-        let first = app.engine.tick_schedules().await.unwrap();
-        assert!(first.started.is_empty(), "{backend:?}: no catch-up after a resume: {first:?}");
-        assert_eq!(first.missed, 0, "{backend:?}: ticks inside the pause are not even missed");
-
-        drive(&app, &mut sleeper, at("16:06:00"), ids[0]).await;
-
-        for id in ids {
-            assert_eq!(started(app.store(), id).await, ["10:00", "16:05"], "{backend:?}: {id}: nothing in between");
-            assert_16_05_ran_on_time(&app, id, &format!("{backend:?}: {id}")).await;
-        }
-        assert_one_run_per_logical_time(app.store(), &ids, &format!("{backend:?}")).await;
-        assert_all_succeeded(app.store(), &format!("{backend:?}")).await;
-        invariants::assert_hold(app.store(), &format!("{backend:?}: d18 b")).await;
+    let app = TestApp::new(backend, &format!("{DAY}T09:58:00Z")).await;
+    for (id, policy) in &policies {
+        app.engine.create_schedule(&schedule(id, policy.clone())).await.unwrap();
     }
+    let mut sleeper = Sleeper::default();
+    drive(&app, &mut sleeper, at("10:02:00"), ids[0]).await;
+    for id in ids {
+        app.engine.pause_schedule(id).await.unwrap();
+    }
+    while app.now_ms() < at("16:03:00") {
+        app.set_time_ms(app.now_ms() + MINUTE);
+        let pass = app.engine.tick_schedules().await.unwrap();
+        assert!(pass.started.is_empty(), "{backend:?}: nothing fires while paused: {pass:?}");
+    }
+    for id in ids {
+        let resumed = app.engine.resume_schedule(id).await.unwrap();
+        assert_eq!(resumed.next_fire_at_ms, Some(at("16:05:00")), "{backend:?}: {id} resumes from now");
+    }
+    let first = app.engine.tick_schedules().await.unwrap();
+    assert!(first.started.is_empty(), "{backend:?}: no catch-up after a resume: {first:?}");
+    assert_eq!(first.missed, 0, "{backend:?}: ticks inside the pause are not even missed");
+
+    drive(&app, &mut sleeper, at("16:06:00"), ids[0]).await;
+
+    for id in ids {
+        assert_eq!(started(app.store(), id).await, ["10:00", "16:05"], "{backend:?}: {id}: nothing in between");
+        assert_16_05_ran_on_time(&app, id, &format!("{backend:?}: {id}")).await;
+    }
+    assert_one_run_per_logical_time(app.store(), &ids, &format!("{backend:?}")).await;
+    assert_all_succeeded(app.store(), &format!("{backend:?}")).await;
+    invariants::assert_hold(app.store(), &format!("{backend:?}: d18 b")).await;
 }
 
 /// Variant c: two orchestrators over one PostgreSQL database, both stopped over the downtime, start at 16:03 and
@@ -347,35 +339,33 @@ async fn d18_c_two_orchestrators_passing_at_once_after_the_downtime_start_no_log
     invariants::assert_hold(app.store(), "d18 c").await;
 }
 
+on_both_backends!(d18_d_catch_up_with_overlap_skip_runs_one_at_a_time_and_records_the_skipped_ticks);
 /// Variant d: `catch_up` max 10 with `overlap: "skip"`. The pass at 16:03 starts 15:15's run and records 15:20 …
 /// 16:00 as `skipped_overlap`, naming that open run; once it finished, 16:05 runs. At most one run of the schedule
 /// is open after any pass, before the downtime or after it.
-#[tokio::test]
-async fn d18_d_catch_up_with_overlap_skip_runs_one_at_a_time_and_records_the_skipped_ticks() {
-    for backend in backends() {
-        let policy = json!({"misfire": "catch_up", "catch_up_max": 10, "overlap": "skip"});
-        let (app, mut sleeper, first, before) = down_from_10_02_to_16_03(backend, policy).await;
-        let runs = first_pass_runs(&app, &first).await;
-        assert_eq!(runs, [("15:15".to_owned(), at("16:03:00"))], "{backend:?}: the oldest kept tick runs");
-        assert_eq!((first.skipped_overlap, first.missed), (9, 62), "{backend:?}: nine skipped, 62 dropped");
-        let open_run = &first.started[0].2;
-        let skipped: Vec<ScheduleTick> =
-            ticks(app.store(), "sweep").await.into_iter().filter(|t| t.outcome == "skipped_overlap").collect();
-        let skipped_at: Vec<String> = skipped.iter().map(|t| hhmm(t.fire_at_ms)).collect();
-        let nine: Vec<String> = (1..10).map(|i| hhmm(at("15:15:00") + i * 5 * MINUTE)).collect();
-        assert_eq!(skipped_at, nine, "{backend:?}: 15:20 … 16:00 recorded as skipped");
-        for t in &skipped {
-            assert!(t.run_id.is_none(), "{backend:?}: a skipped tick has no run");
-            assert_eq!(t.detail, Some(json!({"open_runs": [open_run]})), "{backend:?}: the reason is the open run");
-        }
-
-        let after = drive(&app, &mut sleeper, at("16:06:00"), "sweep").await;
-
-        assert_eq!(before.max(after), 1, "{backend:?}: at most one run of the schedule open at any pass");
-        assert_eq!(started(app.store(), "sweep").await, ["10:00", "15:15", "16:05"], "{backend:?}");
-        assert_16_05_ran_on_time(&app, "sweep", &format!("{backend:?}")).await;
-        assert_one_run_per_logical_time(app.store(), &["sweep"], &format!("{backend:?}")).await;
-        assert_all_succeeded(app.store(), &format!("{backend:?}")).await;
-        invariants::assert_hold(app.store(), &format!("{backend:?}: d18 d")).await;
+async fn d18_d_catch_up_with_overlap_skip_runs_one_at_a_time_and_records_the_skipped_ticks(backend: Backend) {
+    let policy = json!({"misfire": "catch_up", "catch_up_max": 10, "overlap": "skip"});
+    let (app, mut sleeper, first, before) = down_from_10_02_to_16_03(backend, policy).await;
+    let runs = first_pass_runs(&app, &first).await;
+    assert_eq!(runs, [("15:15".to_owned(), at("16:03:00"))], "{backend:?}: the oldest kept tick runs");
+    assert_eq!((first.skipped_overlap, first.missed), (9, 62), "{backend:?}: nine skipped, 62 dropped");
+    let open_run = &first.started[0].2;
+    let skipped: Vec<ScheduleTick> =
+        ticks(app.store(), "sweep").await.into_iter().filter(|t| t.outcome == "skipped_overlap").collect();
+    let skipped_at: Vec<String> = skipped.iter().map(|t| hhmm(t.fire_at_ms)).collect();
+    let nine: Vec<String> = (1..10).map(|i| hhmm(at("15:15:00") + i * 5 * MINUTE)).collect();
+    assert_eq!(skipped_at, nine, "{backend:?}: 15:20 … 16:00 recorded as skipped");
+    for t in &skipped {
+        assert!(t.run_id.is_none(), "{backend:?}: a skipped tick has no run");
+        assert_eq!(t.detail, Some(json!({"open_runs": [open_run]})), "{backend:?}: the reason is the open run");
     }
+
+    let after = drive(&app, &mut sleeper, at("16:06:00"), "sweep").await;
+
+    assert_eq!(before.max(after), 1, "{backend:?}: at most one run of the schedule open at any pass");
+    assert_eq!(started(app.store(), "sweep").await, ["10:00", "15:15", "16:05"], "{backend:?}");
+    assert_16_05_ran_on_time(&app, "sweep", &format!("{backend:?}")).await;
+    assert_one_run_per_logical_time(app.store(), &["sweep"], &format!("{backend:?}")).await;
+    assert_all_succeeded(app.store(), &format!("{backend:?}")).await;
+    invariants::assert_hold(app.store(), &format!("{backend:?}: d18 d")).await;
 }

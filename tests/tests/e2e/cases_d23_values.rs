@@ -16,8 +16,8 @@ use std::sync::Arc;
 use cairn_core::clock::ManualClock;
 use cairn_proto::v1::worker_service_client::WorkerServiceClient;
 use cairn_proto::v1::{CompleteRequest, PollRequest, ReportOutcome};
-use cairn_tests::backends;
 use cairn_tests::http::{HttpApp, step};
+use cairn_tests::{Backend, on_both_backends};
 use serde_json::{Value, json};
 
 const START: &str = "2027-03-14T12:00:00Z";
@@ -46,54 +46,45 @@ async fn emit(app: &HttpApp, output_json: &str) -> (ReportOutcome, Value) {
     (outcome, app.run(&run).await)
 }
 
-#[tokio::test]
-async fn nul_nan_and_lone_surrogates_never_wedge_a_run_and_behave_alike_on_both_backends() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+on_both_backends!(nul_nan_and_lone_surrogates_never_wedge_a_run_and_behave_alike_on_both_backends);
+async fn nul_nan_and_lone_surrogates_never_wedge_a_run_and_behave_alike_on_both_backends(backend: Backend) {
+    let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
 
-        let (outcome, run) = emit(&app, r#"{"s": "a\u0000b"}"#).await;
-        assert_eq!(outcome, ReportOutcome::Succeeded, "{backend:?}: (a) NUL in a JSON string is a value");
-        assert_eq!(step(&run, "emit")["output"]["s"], "a\u{0}b", "{backend:?}: (a) returned as written");
+    let (outcome, run) = emit(&app, r#"{"s": "a\u0000b"}"#).await;
+    assert_eq!(outcome, ReportOutcome::Succeeded, "{backend:?}: (a) NUL in a JSON string is a value");
+    assert_eq!(step(&run, "emit")["output"]["s"], "a\u{0}b", "{backend:?}: (a) returned as written");
 
-        for (what, text) in [
-            ("(b) NaN", r#"{"s": NaN}"#),
-            ("(b) Infinity", r#"{"s": Infinity}"#),
-            ("(c) a lone surrogate", r#"{"s": "\ud800"}"#),
-        ] {
-            let (outcome, run) = emit(&app, text).await;
-            assert_eq!(outcome, ReportOutcome::Failed, "{backend:?}: {what}: the attempt fails at once");
-            let emitted = step(&run, "emit");
-            assert_eq!(emitted["status"], "failed", "{backend:?}: {what}: not outcome_unknown, not running: {run:#}");
-            assert_eq!(emitted["error"]["code"], "invalid_output", "{backend:?}: {what}: {emitted:#}");
-            assert!(
-                emitted["error"]["message"].as_str().unwrap().contains("column"),
-                "{what}: says where: {emitted:#}"
-            );
-            assert_eq!(run["status"], "failed", "{backend:?}: {what}: the run ends");
-        }
-
-        for (what, body) in [
-            ("(d) NaN in an input", r#"{"plan": {"steps": [{"id": "a", "action": "noop"}]}, "input": {"x": NaN}}"#),
-            (
-                "(d) a lone surrogate in an input",
-                r#"{"plan": {"steps": [{"id": "a", "action": "noop"}]}, "input": {"x": "\ud800"}}"#,
-            ),
-        ] {
-            let (status, answer) = app.post_bytes("/v1/runs", Some("application/json"), body.as_bytes().to_vec()).await;
-            assert_eq!(
-                (status, answer["code"].as_str()),
-                (400, Some("malformed_json")),
-                "{backend:?}: {what}: {answer:#}"
-            );
-        }
-        let body = r#"{"name": "paid", "payload": {"amount": Infinity}}"#;
-        let (status, answer) = app.post_bytes("/v1/events", Some("application/json"), body.as_bytes().to_vec()).await;
-        assert_eq!(status, 400, "{backend:?}: (e) Infinity in an event payload: {answer:#}");
-
-        let (status, listed) = app.get("/v1/runs").await;
-        assert_eq!(status, 200, "{backend:?}: listing still works");
-        assert_eq!(listed["runs"].as_array().map(Vec::len), Some(4), "{backend:?}: every run is listed");
-        let (status, failed) = app.get("/v1/runs?status=failed").await;
-        assert_eq!((status, failed["runs"].as_array().map(Vec::len)), (200, Some(3)), "{backend:?}: {failed:#}");
+    for (what, text) in [
+        ("(b) NaN", r#"{"s": NaN}"#),
+        ("(b) Infinity", r#"{"s": Infinity}"#),
+        ("(c) a lone surrogate", r#"{"s": "\ud800"}"#),
+    ] {
+        let (outcome, run) = emit(&app, text).await;
+        assert_eq!(outcome, ReportOutcome::Failed, "{backend:?}: {what}: the attempt fails at once");
+        let emitted = step(&run, "emit");
+        assert_eq!(emitted["status"], "failed", "{backend:?}: {what}: not outcome_unknown, not running: {run:#}");
+        assert_eq!(emitted["error"]["code"], "invalid_output", "{backend:?}: {what}: {emitted:#}");
+        assert!(emitted["error"]["message"].as_str().unwrap().contains("column"), "{what}: says where: {emitted:#}");
+        assert_eq!(run["status"], "failed", "{backend:?}: {what}: the run ends");
     }
+
+    for (what, body) in [
+        ("(d) NaN in an input", r#"{"plan": {"steps": [{"id": "a", "action": "noop"}]}, "input": {"x": NaN}}"#),
+        (
+            "(d) a lone surrogate in an input",
+            r#"{"plan": {"steps": [{"id": "a", "action": "noop"}]}, "input": {"x": "\ud800"}}"#,
+        ),
+    ] {
+        let (status, answer) = app.post_bytes("/v1/runs", Some("application/json"), body.as_bytes().to_vec()).await;
+        assert_eq!((status, answer["code"].as_str()), (400, Some("malformed_json")), "{backend:?}: {what}: {answer:#}");
+    }
+    let body = r#"{"name": "paid", "payload": {"amount": Infinity}}"#;
+    let (status, answer) = app.post_bytes("/v1/events", Some("application/json"), body.as_bytes().to_vec()).await;
+    assert_eq!(status, 400, "{backend:?}: (e) Infinity in an event payload: {answer:#}");
+
+    let (status, listed) = app.get("/v1/runs").await;
+    assert_eq!(status, 200, "{backend:?}: listing still works");
+    assert_eq!(listed["runs"].as_array().map(Vec::len), Some(4), "{backend:?}: every run is listed");
+    let (status, failed) = app.get("/v1/runs?status=failed").await;
+    assert_eq!((status, failed["runs"].as_array().map(Vec::len)), (200, Some(3)), "{backend:?}: {failed:#}");
 }

@@ -15,7 +15,7 @@ use cairn_core::diagnostic::Code;
 use cairn_core::validate::Limits;
 use cairn_orchestrator::{EngineConfig, SubmitError, SubmitRequest};
 use cairn_store::{HeartbeatOutcome, Lease, Report};
-use cairn_tests::{Outcome, TestApp, TestWorker, backends, raw};
+use cairn_tests::{Backend, Outcome, TestApp, TestWorker, on_both_backends, raw};
 use serde_json::{Value, json};
 
 const START: &str = "2027-03-14T12:00:00Z";
@@ -57,64 +57,58 @@ async fn assert_batch_ran_once(app: &TestApp, run: &str, worker: &TestWorker) {
     assert_eq!(app.run(run).await.status, "succeeded");
 }
 
+on_both_backends!(c14_a_restart_reattaches_to_the_running_attempt_instead_of_redispatching);
 /// C14: after a restart the worker still running `batch` heartbeats (the lease is extended, not re-dispatched)
 /// and then reports; the result is accepted, `notify` runs once, the run succeeds.
-#[tokio::test]
-async fn c14_a_restart_reattaches_to_the_running_attempt_instead_of_redispatching() {
-    for backend in backends() {
-        let (app, run, worker, lease) = batch_in_flight_across_a_restart(backend).await;
-        assert!(
-            matches!(app.engine.heartbeat(&lease, None).await.unwrap(), HeartbeatOutcome::Extended { .. }),
-            "{backend:?}: the worker's heartbeat re-attaches"
-        );
-        assert_eq!(worker.run_until_idle(&app.engine).await, 0, "no new dispatch");
-        app.advance(Duration::from_secs(30));
-        assert_eq!(app.engine.heartbeat(&lease, None).await.unwrap(), {
-            let expires = app.now_ms() + 10_000;
-            HeartbeatOutcome::Extended { lease_expires_ms: expires }
-        });
-        assert_eq!(app.reap().await, 0);
-        let report = app.engine.complete(&lease, &json!({"status": 200})).await.unwrap();
-        assert_eq!(report, Report::Succeeded, "{backend:?}");
-        assert_batch_ran_once(&app, &run, &worker).await;
-    }
+async fn c14_a_restart_reattaches_to_the_running_attempt_instead_of_redispatching(backend: Backend) {
+    let (app, run, worker, lease) = batch_in_flight_across_a_restart(backend).await;
+    assert!(
+        matches!(app.engine.heartbeat(&lease, None).await.unwrap(), HeartbeatOutcome::Extended { .. }),
+        "{backend:?}: the worker's heartbeat re-attaches"
+    );
+    assert_eq!(worker.run_until_idle(&app.engine).await, 0, "no new dispatch");
+    app.advance(Duration::from_secs(30));
+    assert_eq!(app.engine.heartbeat(&lease, None).await.unwrap(), {
+        let expires = app.now_ms() + 10_000;
+        HeartbeatOutcome::Extended { lease_expires_ms: expires }
+    });
+    assert_eq!(app.reap().await, 0);
+    let report = app.engine.complete(&lease, &json!({"status": 200})).await.unwrap();
+    assert_eq!(report, Report::Succeeded, "{backend:?}");
+    assert_batch_ran_once(&app, &run, &worker).await;
 }
 
+on_both_backends!(c14_b_a_result_held_through_the_outage_is_accepted_after_restart);
 /// C14 (b): the action finished while the orchestrator was down; the worker delivers the held result right after
 /// the restart, without a heartbeat first, and it is accepted (not lost).
-#[tokio::test]
-async fn c14_b_a_result_held_through_the_outage_is_accepted_after_restart() {
-    for backend in backends() {
-        let (app, run, worker, lease) = batch_in_flight_across_a_restart(backend).await;
-        let report = app.engine.complete(&lease, &json!({"status": 200})).await.unwrap();
-        assert_eq!(report, Report::Succeeded, "{backend:?}: the held result counts");
-        assert_batch_ran_once(&app, &run, &worker).await;
-    }
+async fn c14_b_a_result_held_through_the_outage_is_accepted_after_restart(backend: Backend) {
+    let (app, run, worker, lease) = batch_in_flight_across_a_restart(backend).await;
+    let report = app.engine.complete(&lease, &json!({"status": 200})).await.unwrap();
+    assert_eq!(report, Report::Succeeded, "{backend:?}: the held result counts");
+    assert_batch_ran_once(&app, &run, &worker).await;
 }
 
+on_both_backends!(c14_without_a_report_the_non_idempotent_step_becomes_outcome_unknown_after_the_grace);
 /// C14: when the worker never comes back, the reaper acts only after the start-up grace, and a non-idempotent
 /// step goes to `outcome_unknown` for an operator; it is never re-dispatched.
-#[tokio::test]
-async fn c14_without_a_report_the_non_idempotent_step_becomes_outcome_unknown_after_the_grace() {
-    for backend in backends() {
-        let (app, run, worker, _lease) = batch_in_flight_across_a_restart(backend).await;
-        app.advance(Duration::from_millis(9_999));
-        assert_eq!(app.reap().await, 0, "{backend:?}: still within the grace");
-        app.advance(Duration::from_millis(1));
-        assert_eq!(app.reap().await, 1, "{backend:?}: reaped once the grace ends");
-        let batch = app.step(&run, "batch").await;
-        assert_eq!(batch.status, "outcome_unknown");
-        assert_eq!(batch.error.unwrap()["code"], "lease_lost");
-        app.advance(Duration::from_secs(3600));
-        assert_eq!(app.reap().await, 0);
-        assert_eq!(
-            worker.run_until_idle(&app.engine).await,
-            0,
-            "{backend:?}: an ambiguous non-idempotent step is never re-dispatched"
-        );
-        assert_eq!(app.status(&run, "notify").await, "pending");
-        assert_eq!(app.run(&run).await.status, "running");
-    }
+async fn c14_without_a_report_the_non_idempotent_step_becomes_outcome_unknown_after_the_grace(backend: Backend) {
+    let (app, run, worker, _lease) = batch_in_flight_across_a_restart(backend).await;
+    app.advance(Duration::from_millis(9_999));
+    assert_eq!(app.reap().await, 0, "{backend:?}: still within the grace");
+    app.advance(Duration::from_millis(1));
+    assert_eq!(app.reap().await, 1, "{backend:?}: reaped once the grace ends");
+    let batch = app.step(&run, "batch").await;
+    assert_eq!(batch.status, "outcome_unknown");
+    assert_eq!(batch.error.unwrap()["code"], "lease_lost");
+    app.advance(Duration::from_secs(3600));
+    assert_eq!(app.reap().await, 0);
+    assert_eq!(
+        worker.run_until_idle(&app.engine).await,
+        0,
+        "{backend:?}: an ambiguous non-idempotent step is never re-dispatched"
+    );
+    assert_eq!(app.status(&run, "notify").await, "pending");
+    assert_eq!(app.run(&run).await.status, "running");
 }
 
 const WIDTH: usize = 5_000;
@@ -189,10 +183,10 @@ async fn assert_fan_out_done(app: &TestApp, run: &str, workers: &[&TestWorker]) 
     }
 }
 
+on_both_backends!(c24_a_five_thousand_wide_fan_out_runs_each_child_once_and_joins_once);
 /// C24: a 5,000-wide fan-out validates quickly, runs every child exactly once, joins once, and keeps every
 /// per-child record small.
-#[tokio::test]
-async fn c24_a_five_thousand_wide_fan_out_runs_each_child_once_and_joins_once() {
+async fn c24_a_five_thousand_wide_fan_out_runs_each_child_once_and_joins_once(backend: Backend) {
     let plan = fan_out(WIDTH);
     let started = Instant::now();
     let report = cairn_core::validate::validate_value(
@@ -202,42 +196,38 @@ async fn c24_a_five_thousand_wide_fan_out_runs_each_child_once_and_joins_once() 
     );
     assert!(report.valid, "{:?}", report.diagnostics.first());
     assert!(started.elapsed() < Duration::from_secs(2), "validated in {:?}", started.elapsed());
-    for backend in backends() {
-        let app = TestApp::with_config(backend, START, wide_config()).await;
-        let run = app.submit(plan.clone()).await;
-        let worker = fan_out_worker("w1");
-        worker.run_until_idle(&app.engine).await;
-        assert_fan_out_done(&app, &run, &[&worker]).await;
-    }
+    let app = TestApp::with_config(backend, START, wide_config()).await;
+    let run = app.submit(plan.clone()).await;
+    let worker = fan_out_worker("w1");
+    worker.run_until_idle(&app.engine).await;
+    assert_fan_out_done(&app, &run, &[&worker]).await;
 }
 
+on_both_backends!(c24_a_restart_in_the_middle_of_a_wide_fan_out_reruns_no_child);
 /// C24 variant: the orchestrator restarts after about 2,500 children completed; no completed child runs again
 /// and the total stays 5,000.
-#[tokio::test]
-async fn c24_a_restart_in_the_middle_of_a_wide_fan_out_reruns_no_child() {
-    for backend in backends() {
-        let app = TestApp::with_config(backend, START, wide_config()).await;
-        let run = app.submit(fan_out(WIDTH)).await;
-        let before = fan_out_worker("w1");
-        while before.calls().len() < 1 + WIDTH / 2 {
-            let claimed = app.engine.claim("w1", &before.actions(), 64).await.unwrap();
-            assert!(!claimed.is_empty(), "{backend:?}: children are claimable");
-            for c in claimed {
-                before.handle(&app.engine, c).await;
-            }
+async fn c24_a_restart_in_the_middle_of_a_wide_fan_out_reruns_no_child(backend: Backend) {
+    let app = TestApp::with_config(backend, START, wide_config()).await;
+    let run = app.submit(fan_out(WIDTH)).await;
+    let before = fan_out_worker("w1");
+    while before.calls().len() < 1 + WIDTH / 2 {
+        let claimed = app.engine.claim("w1", &before.actions(), 64).await.unwrap();
+        assert!(!claimed.is_empty(), "{backend:?}: children are claimable");
+        for c in claimed {
+            before.handle(&app.engine, c).await;
         }
-        let app = app.restart().await;
-        let after = fan_out_worker("w2");
-        after.run_until_idle(&app.engine).await;
-        assert!(after.calls_for("weather").is_empty(), "the root never runs again");
-        assert_fan_out_done(&app, &run, &[&before, &after]).await;
     }
+    let app = app.restart().await;
+    let after = fan_out_worker("w2");
+    after.run_until_idle(&app.engine).await;
+    assert!(after.calls_for("weather").is_empty(), "the root never runs again");
+    assert_fan_out_done(&app, &run, &[&before, &after]).await;
 }
 
+on_both_backends!(c24_a_fifty_thousand_wide_plan_is_rejected_at_submit_and_nothing_is_stored);
 /// C24: a 50,000-wide plan is above the configured width (10,000) and is rejected at submit with
 /// `too_many_steps`; nothing is stored.
-#[tokio::test]
-async fn c24_a_fifty_thousand_wide_plan_is_rejected_at_submit_and_nothing_is_stored() {
+async fn c24_a_fifty_thousand_wide_plan_is_rejected_at_submit_and_nothing_is_stored(backend: Backend) {
     let mut plan = fan_out(0);
     let steps = plan["steps"].as_array_mut().unwrap();
     let ids: Vec<String> = (0..50_000).map(|k| format!("n{k:05}")).collect();
@@ -247,20 +237,14 @@ async fn c24_a_fifty_thousand_wide_plan_is_rejected_at_submit_and_nothing_is_sto
     });
     steps.splice(1..1, children);
     steps.last_mut().unwrap()["depends_on"] = json!(ids);
-    for backend in backends() {
-        let app = TestApp::with_config(backend, START, wide_config()).await;
-        let req = SubmitRequest { plan: plan.clone(), input: None, idempotency_key: None };
-        let Err(SubmitError::Invalid(diagnostics)) = app.engine.submit(&req).await else {
-            panic!("{backend:?}: a plan above max_steps must be rejected");
-        };
-        assert!(
-            diagnostics.iter().any(|d| d.code == Code::TooManySteps),
-            "a clear limit error: {:?}",
-            diagnostics.first()
-        );
-        assert!(app.store().runs(None, 10, 0).await.unwrap().is_empty(), "no run is stored");
-        for (sql, what) in [("SELECT COUNT(*) FROM plans", "plans"), ("SELECT COUNT(*) FROM steps", "steps")] {
-            assert_eq!(raw::fetch_i64(app.store(), sql, sql, &[]).await, 0, "no {what} stored");
-        }
+    let app = TestApp::with_config(backend, START, wide_config()).await;
+    let req = SubmitRequest { plan: plan.clone(), input: None, idempotency_key: None };
+    let Err(SubmitError::Invalid(diagnostics)) = app.engine.submit(&req).await else {
+        panic!("{backend:?}: a plan above max_steps must be rejected");
+    };
+    assert!(diagnostics.iter().any(|d| d.code == Code::TooManySteps), "a clear limit error: {:?}", diagnostics.first());
+    assert!(app.store().runs(None, 10, 0).await.unwrap().is_empty(), "no run is stored");
+    for (sql, what) in [("SELECT COUNT(*) FROM plans", "plans"), ("SELECT COUNT(*) FROM steps", "steps")] {
+        assert_eq!(raw::fetch_i64(app.store(), sql, sql, &[]).await, 0, "no {what} stored");
     }
 }

@@ -14,8 +14,8 @@ use cairn_orchestrator::{Engine, SubmitError, SubmitRequest};
 use cairn_proto::v1::worker_service_client::WorkerServiceClient;
 use cairn_proto::v1::{ActionDescriptor, Effect, PollRequest, RegisterRequest};
 use cairn_store::Store;
-use cairn_tests::backends;
 use cairn_tests::http::{HttpApp, step};
+use cairn_tests::{Backend, on_both_backends};
 use serde_json::{Value, json};
 
 const START: &str = "2027-03-14T12:00:00Z";
@@ -51,102 +51,91 @@ async fn other_engine(app: &HttpApp) -> Engine {
     Engine::start(store, app.clock.clone(), Arc::new(StaticCatalog::builtin()), Default::default()).await.unwrap()
 }
 
-#[tokio::test]
-async fn an_action_registered_through_one_orchestrator_is_accepted_by_another_and_after_a_restart() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let never = SubmitRequest {
-            plan: json!({"steps": [{"id": "x", "action": "crm.refund", "args": {}}]}),
-            input: None,
-            idempotency_key: None,
-        };
-        let before = other_engine(&app).await;
-        assert!(
-            matches!(
-                before.submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None }).await,
-                Err(SubmitError::Invalid(_))
-            ),
-            "{backend:?}: unknown before any worker registered it"
-        );
+on_both_backends!(an_action_registered_through_one_orchestrator_is_accepted_by_another_and_after_a_restart);
+async fn an_action_registered_through_one_orchestrator_is_accepted_by_another_and_after_a_restart(backend: Backend) {
+    let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+    let never = SubmitRequest {
+        plan: json!({"steps": [{"id": "x", "action": "crm.refund", "args": {}}]}),
+        input: None,
+        idempotency_key: None,
+    };
+    let before = other_engine(&app).await;
+    assert!(
+        matches!(
+            before.submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None }).await,
+            Err(SubmitError::Invalid(_))
+        ),
+        "{backend:?}: unknown before any worker registered it"
+    );
 
-        let _worker = register(&app).await;
-        // `before` started ahead of the registration: it finds the action in the database when a plan needs it.
-        let through_other = before.submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None }).await;
-        let restarted = other_engine(&app).await;
-        let after_restart = restarted.submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None }).await;
-        let refused = restarted.submit(&never).await;
+    let _worker = register(&app).await;
+    // `before` started ahead of the registration: it finds the action in the database when a plan needs it.
+    let through_other = before.submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None }).await;
+    let restarted = other_engine(&app).await;
+    let after_restart = restarted.submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None }).await;
+    let refused = restarted.submit(&never).await;
 
-        let dir = cairn_tests::http::TempDir::new();
-        let plan_file = dir.path().join("plan.json");
-        std::fs::write(&plan_file, plan().to_string()).unwrap();
-        let checked =
-            cairn_tests::http::cairn(dir.path(), &["validate", "--server", &app.base_url, plan_file.to_str().unwrap()])
-                .await;
+    let dir = cairn_tests::http::TempDir::new();
+    let plan_file = dir.path().join("plan.json");
+    std::fs::write(&plan_file, plan().to_string()).unwrap();
+    let checked =
+        cairn_tests::http::cairn(dir.path(), &["validate", "--server", &app.base_url, plan_file.to_str().unwrap()])
+            .await;
 
-        assert_eq!(checked.code, Some(0), "{backend:?}: `cairn validate --server` knows it: {}", checked.stdout);
-        assert!(through_other.is_ok(), "{backend:?}: another orchestrator accepts it: {through_other:?}");
-        assert!(after_restart.is_ok(), "{backend:?}: a restarted one too, no worker reconnected: {after_restart:?}");
-        let Err(SubmitError::Invalid(diagnostics)) = refused else { panic!("{backend:?}: refused: {refused:?}") };
-        let unknown = diagnostics.iter().find(|d| d.code.as_str() == "unknown_action").unwrap();
-        assert!(
-            unknown.hint.as_deref().unwrap_or("").contains("crm.lookup"),
-            "{backend:?}: lists what is: {unknown:?}"
-        );
-        let bad_args = json!({"steps": [{"id": "who", "action": "crm.lookup", "args": {"id": 7}}]});
-        let refused = restarted.submit(&SubmitRequest { plan: bad_args, input: None, idempotency_key: None }).await;
-        assert!(
-            matches!(refused, Err(SubmitError::Invalid(ref d)) if d.iter().any(|d| d.code.as_str() == "args_schema")),
-            "{backend:?}: its stored schema checks args: {refused:?}"
-        );
-    }
+    assert_eq!(checked.code, Some(0), "{backend:?}: `cairn validate --server` knows it: {}", checked.stdout);
+    assert!(through_other.is_ok(), "{backend:?}: another orchestrator accepts it: {through_other:?}");
+    assert!(after_restart.is_ok(), "{backend:?}: a restarted one too, no worker reconnected: {after_restart:?}");
+    let Err(SubmitError::Invalid(diagnostics)) = refused else { panic!("{backend:?}: refused: {refused:?}") };
+    let unknown = diagnostics.iter().find(|d| d.code.as_str() == "unknown_action").unwrap();
+    assert!(unknown.hint.as_deref().unwrap_or("").contains("crm.lookup"), "{backend:?}: lists what is: {unknown:?}");
+    let bad_args = json!({"steps": [{"id": "who", "action": "crm.lookup", "args": {"id": 7}}]});
+    let refused = restarted.submit(&SubmitRequest { plan: bad_args, input: None, idempotency_key: None }).await;
+    assert!(
+        matches!(refused, Err(SubmitError::Invalid(ref d)) if d.iter().any(|d| d.code.as_str() == "args_schema")),
+        "{backend:?}: its stored schema checks args: {refused:?}"
+    );
 }
 
-#[tokio::test]
-async fn a_ready_step_no_connected_worker_serves_says_what_it_waits_for() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let mut worker = register(&app).await;
-        let run_id = app.submit(plan()).await;
-        // Three poll intervals (5 s with the default lease TTL) after the registration, nobody serves it.
-        app.clock.advance(std::time::Duration::from_secs(16));
+on_both_backends!(a_ready_step_no_connected_worker_serves_says_what_it_waits_for);
+async fn a_ready_step_no_connected_worker_serves_says_what_it_waits_for(backend: Backend) {
+    let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+    let mut worker = register(&app).await;
+    let run_id = app.submit(plan()).await;
+    // Three poll intervals (5 s with the default lease TTL) after the registration, nobody serves it.
+    app.clock.advance(std::time::Duration::from_secs(16));
 
-        let waiting = app.run(&run_id).await;
-        let metrics = reqwest::get(format!("{}/metrics", app.base_url)).await.unwrap().text().await.unwrap();
-        let poll =
-            PollRequest { worker_id: "py-1".into(), actions: vec!["crm.refund".into()], max_attempts: 1, wait_ms: 10 };
-        worker.poll(poll).await.unwrap();
-        let (_, actions) = app.get("/v1/actions").await;
-        let still = app.run(&run_id).await;
-        let poll =
-            PollRequest { worker_id: "py-1".into(), actions: vec!["crm.lookup".into()], max_attempts: 1, wait_ms: 10 };
-        let handed = worker.poll(poll).await.unwrap().into_inner().attempts;
-        let (_, after) = app.get("/v1/actions").await;
-        let next = app.submit(plan()).await;
-        let served = app.run(&next).await;
+    let waiting = app.run(&run_id).await;
+    let metrics = reqwest::get(format!("{}/metrics", app.base_url)).await.unwrap().text().await.unwrap();
+    let poll =
+        PollRequest { worker_id: "py-1".into(), actions: vec!["crm.refund".into()], max_attempts: 1, wait_ms: 10 };
+    worker.poll(poll).await.unwrap();
+    let (_, actions) = app.get("/v1/actions").await;
+    let still = app.run(&run_id).await;
+    let poll =
+        PollRequest { worker_id: "py-1".into(), actions: vec!["crm.lookup".into()], max_attempts: 1, wait_ms: 10 };
+    let handed = worker.poll(poll).await.unwrap().into_inner().attempts;
+    let (_, after) = app.get("/v1/actions").await;
+    let next = app.submit(plan()).await;
+    let served = app.run(&next).await;
 
-        let who = step(&waiting, "who");
-        assert_eq!(who["waiting_for"], json!({"kind": "worker", "action": "crm.lookup"}), "{backend:?}: {who:#}");
-        assert!(metrics.lines().any(|l| l == "cairn_steps_waiting_for_worker{action=\"crm.lookup\"} 1"), "{metrics}");
-        let listed =
-            |a: &Value| a["actions"].as_array().unwrap().iter().find(|a| a["name"] == "crm.lookup").unwrap().clone();
-        assert_eq!(
-            listed(&actions)["connected"],
-            false,
-            "{backend:?}: polling for another action does not serve this one"
-        );
-        assert!(step(&still, "who")["waiting_for"].is_object());
-        assert_eq!(handed.len(), 1, "{backend:?}: the worker polling for it gets the step");
-        assert_eq!(listed(&after)["connected"], true, "{backend:?}: {after:#}");
-        assert_eq!(listed(&after)["workers"][0]["worker_id"], "py-1");
-        let who = step(&served, "who");
-        assert_eq!(who["status"], "ready");
-        assert!(who.get("waiting_for").is_none(), "{backend:?}: a connected worker serves it: {who:#}");
-    }
+    let who = step(&waiting, "who");
+    assert_eq!(who["waiting_for"], json!({"kind": "worker", "action": "crm.lookup"}), "{backend:?}: {who:#}");
+    assert!(metrics.lines().any(|l| l == "cairn_steps_waiting_for_worker{action=\"crm.lookup\"} 1"), "{metrics}");
+    let listed =
+        |a: &Value| a["actions"].as_array().unwrap().iter().find(|a| a["name"] == "crm.lookup").unwrap().clone();
+    assert_eq!(listed(&actions)["connected"], false, "{backend:?}: polling for another action does not serve this one");
+    assert!(step(&still, "who")["waiting_for"].is_object());
+    assert_eq!(handed.len(), 1, "{backend:?}: the worker polling for it gets the step");
+    assert_eq!(listed(&after)["connected"], true, "{backend:?}: {after:#}");
+    assert_eq!(listed(&after)["workers"][0]["worker_id"], "py-1");
+    let who = step(&served, "who");
+    assert_eq!(who["status"], "ready");
+    assert!(who.get("waiting_for").is_none(), "{backend:?}: a connected worker serves it: {who:#}");
 }
 
 #[tokio::test]
 async fn a_worker_speaking_another_protocol_version_is_refused_with_a_clear_message() {
-    let app = HttpApp::start(backends()[0], Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+    let app = HttpApp::start(Backend::Sqlite, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
     let mut client = WorkerServiceClient::connect(app.grpc_url.clone()).await.unwrap();
 
     let future = RegisterRequest { worker_id: "w9".into(), actions: vec![lookup()], protocol_version: 2 };

@@ -9,37 +9,35 @@
 
 use std::time::Duration;
 
-use cairn_tests::backends;
 use cairn_tests::http::{TempDir, step};
 use cairn_tests::process::Orchestrator;
+use cairn_tests::{Backend, on_both_backends};
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(40);
 
-#[tokio::test]
-async fn an_interpolated_poison_expression_fails_with_invalid_args_and_the_worker_lives_on() {
-    for backend in backends() {
-        let dir = TempDir::new();
-        let orchestrator = Orchestrator::start(backend, dir.path(), 2_000).await;
-        let mut worker = orchestrator.worker("w1", &[], &[]);
-        let poison = format!("{} == 0", vec!["1"; 10_000].join(" + "));
-        let plan = json!({"steps": [
-            {"id": "w", "action": "noop", "args": {"expr": poison}},
-            {"id": "check", "action": "condition.eval", "depends_on": ["w"], "args": {"expr": "${w.output.expr}"}}
-        ]});
-        let run_id = orchestrator.submit(plan).await;
+on_both_backends!(an_interpolated_poison_expression_fails_with_invalid_args_and_the_worker_lives_on);
+async fn an_interpolated_poison_expression_fails_with_invalid_args_and_the_worker_lives_on(backend: Backend) {
+    let dir = TempDir::new();
+    let orchestrator = Orchestrator::start(backend, dir.path(), 2_000).await;
+    let mut worker = orchestrator.worker("w1", &[], &[]);
+    let poison = format!("{} == 0", vec!["1"; 10_000].join(" + "));
+    let plan = json!({"steps": [
+        {"id": "w", "action": "noop", "args": {"expr": poison}},
+        {"id": "check", "action": "condition.eval", "depends_on": ["w"], "args": {"expr": "${w.output.expr}"}}
+    ]});
+    let run_id = orchestrator.submit(plan).await;
 
-        let run = orchestrator
-            .wait_run(&run_id, "the run ends", LIMIT, |r| r["status"] == "failed" || r["status"] == "succeeded")
-            .await;
-        let after = orchestrator.submit(json!({"steps": [{"id": "a", "action": "noop", "args": {"x": 1}}]})).await;
-        let next = orchestrator.wait_run(&after, "the next run ends", LIMIT, |r| r["status"] == "succeeded").await;
+    let run = orchestrator
+        .wait_run(&run_id, "the run ends", LIMIT, |r| r["status"] == "failed" || r["status"] == "succeeded")
+        .await;
+    let after = orchestrator.submit(json!({"steps": [{"id": "a", "action": "noop", "args": {"x": 1}}]})).await;
+    let next = orchestrator.wait_run(&after, "the next run ends", LIMIT, |r| r["status"] == "succeeded").await;
 
-        let check = step(&run, "check");
-        assert_eq!(check["status"], "failed", "{backend:?}: {run:#}");
-        assert_eq!(check["error"]["code"], "invalid_args", "{backend:?}: {check:#}");
-        assert_eq!(check["attempts"], 1, "{backend:?}: not retried: it would fail the same way");
-        assert_eq!(next["status"], "succeeded");
-        assert!(!worker.exited(), "{backend:?}: the worker survived:\n{}", worker.log());
-    }
+    let check = step(&run, "check");
+    assert_eq!(check["status"], "failed", "{backend:?}: {run:#}");
+    assert_eq!(check["error"]["code"], "invalid_args", "{backend:?}: {check:#}");
+    assert_eq!(check["attempts"], 1, "{backend:?}: not retried: it would fail the same way");
+    assert_eq!(next["status"], "succeeded");
+    assert!(!worker.exited(), "{backend:?}: the worker survived:\n{}", worker.log());
 }

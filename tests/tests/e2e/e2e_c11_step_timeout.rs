@@ -22,8 +22,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::routing::get;
 use cairn_core::clock::ManualClock;
-use cairn_tests::backends;
 use cairn_tests::http::{CairnProcess, HttpApp, TempDir, step, within, within_or};
+use cairn_tests::{Backend, on_both_backends};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -116,76 +116,75 @@ async fn closed_stream(calls: &Calls, index: usize, worker: &CairnProcess) -> Ca
     .await
 }
 
+on_both_backends!(
+    c11_the_worker_aborts_an_attempt_at_its_timeout_even_while_heartbeating,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 /// C11: each attempt is aborted by the worker within 2 s + 500 ms of its start although heartbeats flow; the
 /// retry starts only after the first attempt's connection closed (no overlap); both attempts end `timeout`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c11_the_worker_aborts_an_attempt_at_its_timeout_even_while_heartbeating() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let (url, calls) = endpoint().await;
-        let dir = TempDir::new();
-        let worker = CairnProcess::worker("worker", &app.grpc_url, dir.path(), &["--concurrency", "1"], &[]);
-        let run_id = app.submit(slow_plan(&url, 2)).await;
+async fn c11_the_worker_aborts_an_attempt_at_its_timeout_even_while_heartbeating(backend: Backend) {
+    let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+    let (url, calls) = endpoint().await;
+    let dir = TempDir::new();
+    let worker = CairnProcess::worker("worker", &app.grpc_url, dir.path(), &["--concurrency", "1"], &[]);
+    let run_id = app.submit(slow_plan(&url, 2)).await;
 
-        let first = closed_stream(&calls, 0, &worker).await;
-        let first_ran = first.closed.unwrap() - first.started;
-        assert!(first_ran <= STOPPED_WITHIN, "{backend:?}: attempt 1 stopped after {first_ran:?}, not by 2.5 s");
-        assert!(first_ran >= Duration::from_millis(1_900), "{backend:?}: not before its timeout ({first_ran:?})");
+    let first = closed_stream(&calls, 0, &worker).await;
+    let first_ran = first.closed.unwrap() - first.started;
+    assert!(first_ran <= STOPPED_WITHIN, "{backend:?}: attempt 1 stopped after {first_ran:?}, not by 2.5 s");
+    assert!(first_ran >= Duration::from_millis(1_900), "{backend:?}: not before its timeout ({first_ran:?})");
 
-        let run = app
-            .wait_run(&run_id, "attempt 1 failed and the retry is due", LIMIT, |run| {
-                step(run, "slow")["failures"].as_array().is_some_and(|f| f.len() == 1)
-            })
-            .await;
-        assert_eq!(step(&run, "slow")["failures"][0]["code"], "timeout", "{backend:?}: {run:#}");
-        app.set_time_ms(step(&run, "slow")["available_at_ms"].as_i64().unwrap());
-
-        let second = closed_stream(&calls, 1, &worker).await;
-        assert!(second.started >= first.closed.unwrap(), "{backend:?}: the attempts never overlap at the endpoint");
-        let second_ran = second.closed.unwrap() - second.started;
-        assert!(second_ran <= STOPPED_WITHIN, "{backend:?}: attempt 2 stopped after {second_ran:?}, not by 2.5 s");
-
-        let run = app.wait_run(&run_id, "the run fails", LIMIT, |run| run["status"] == "failed").await;
-        let slow = step(&run, "slow");
-        assert_eq!(slow["status"], "failed", "{backend:?}: {run:#}");
-        assert_eq!(slow["attempts"], 2, "{backend:?}: exactly two attempts");
-        let codes: Vec<&Value> = slow["failures"].as_array().unwrap().iter().map(|f| &f["code"]).collect();
-        assert_eq!(codes, [&json!("timeout"), &json!("timeout")], "{backend:?}: each attempt timed out");
-        assert_eq!(calls_to(&calls, "/stream").len(), 2, "{backend:?}: no third request");
-    }
-}
-
-/// C11 slot variant: with one slot, a quick step of another run starts as soon as the slow attempt is aborted
-/// (by 2.6 s after the slow attempt started), not when it would have finished (10 s).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c11_an_aborted_attempt_frees_the_workers_only_slot() {
-    for backend in backends() {
-        let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let (url, calls) = endpoint().await;
-        let dir = TempDir::new();
-        let worker = CairnProcess::worker("worker", &app.grpc_url, dir.path(), &["--concurrency", "1"], &[]);
-        let slow_run = app.submit(slow_plan(&url, 1)).await;
-        let started = within(LIMIT, "the slow attempt starts", || async {
-            calls_to(&calls, "/stream").first().map(|c| c.started)
+    let run = app
+        .wait_run(&run_id, "attempt 1 failed and the retry is due", LIMIT, |run| {
+            step(run, "slow")["failures"].as_array().is_some_and(|f| f.len() == 1)
         })
         .await;
+    assert_eq!(step(&run, "slow")["failures"][0]["code"], "timeout", "{backend:?}: {run:#}");
+    app.set_time_ms(step(&run, "slow")["available_at_ms"].as_i64().unwrap());
 
-        let quick = json!({"steps": [{"id": "quick", "action": "http.request",
+    let second = closed_stream(&calls, 1, &worker).await;
+    assert!(second.started >= first.closed.unwrap(), "{backend:?}: the attempts never overlap at the endpoint");
+    let second_ran = second.closed.unwrap() - second.started;
+    assert!(second_ran <= STOPPED_WITHIN, "{backend:?}: attempt 2 stopped after {second_ran:?}, not by 2.5 s");
+
+    let run = app.wait_run(&run_id, "the run fails", LIMIT, |run| run["status"] == "failed").await;
+    let slow = step(&run, "slow");
+    assert_eq!(slow["status"], "failed", "{backend:?}: {run:#}");
+    assert_eq!(slow["attempts"], 2, "{backend:?}: exactly two attempts");
+    let codes: Vec<&Value> = slow["failures"].as_array().unwrap().iter().map(|f| &f["code"]).collect();
+    assert_eq!(codes, [&json!("timeout"), &json!("timeout")], "{backend:?}: each attempt timed out");
+    assert_eq!(calls_to(&calls, "/stream").len(), 2, "{backend:?}: no third request");
+}
+
+on_both_backends!(c11_an_aborted_attempt_frees_the_workers_only_slot, flavor = "multi_thread", worker_threads = 2);
+/// C11 slot variant: with one slot, a quick step of another run starts as soon as the slow attempt is aborted
+/// (by 2.6 s after the slow attempt started), not when it would have finished (10 s).
+async fn c11_an_aborted_attempt_frees_the_workers_only_slot(backend: Backend) {
+    let app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+    let (url, calls) = endpoint().await;
+    let dir = TempDir::new();
+    let worker = CairnProcess::worker("worker", &app.grpc_url, dir.path(), &["--concurrency", "1"], &[]);
+    let slow_run = app.submit(slow_plan(&url, 1)).await;
+    let started =
+        within(LIMIT, "the slow attempt starts", || async { calls_to(&calls, "/stream").first().map(|c| c.started) })
+            .await;
+
+    let quick = json!({"steps": [{"id": "quick", "action": "http.request",
             "args": {"method": "GET", "url": format!("{url}/quick")}}]});
-        let quick_run = app.submit(quick).await;
-        let quick_at = within_or(
-            LIMIT,
-            || async { calls_to(&calls, "/quick").first().map(|c| c.started) },
-            || format!("waiting until the quick step runs; worker log:\n{}", worker.log()),
-        )
-        .await;
-        let slow = calls_to(&calls, "/stream")[0].clone();
+    let quick_run = app.submit(quick).await;
+    let quick_at = within_or(
+        LIMIT,
+        || async { calls_to(&calls, "/quick").first().map(|c| c.started) },
+        || format!("waiting until the quick step runs; worker log:\n{}", worker.log()),
+    )
+    .await;
+    let slow = calls_to(&calls, "/stream")[0].clone();
 
-        let waited = quick_at - started;
-        assert!(waited <= Duration::from_millis(2_600), "{backend:?}: the slot was freed after {waited:?}, not 2.6 s");
-        assert!(slow.closed.is_some_and(|closed| closed <= quick_at), "{backend:?}: only after the abort (one slot)");
-        for (run_id, status) in [(&slow_run, "failed"), (&quick_run, "succeeded")] {
-            app.wait_run(run_id, &format!("the run is {status}"), LIMIT, |run| run["status"] == status).await;
-        }
+    let waited = quick_at - started;
+    assert!(waited <= Duration::from_millis(2_600), "{backend:?}: the slot was freed after {waited:?}, not 2.6 s");
+    assert!(slow.closed.is_some_and(|closed| closed <= quick_at), "{backend:?}: only after the abort (one slot)");
+    for (run_id, status) in [(&slow_run, "failed"), (&quick_run, "succeeded")] {
+        app.wait_run(run_id, &format!("the run is {status}"), LIMIT, |run| run["status"] == status).await;
     }
 }

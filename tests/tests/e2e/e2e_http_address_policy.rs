@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::clock::ManualClock;
-use cairn_tests::backends;
 use cairn_tests::http::{CairnProcess, HttpApp, Stub, TempDir, cairn, step, within_or};
+use cairn_tests::{Backend, on_both_backends};
 use serde_json::{Value, json};
 
 const START: &str = "2027-03-14T12:00:00Z";
@@ -32,54 +32,48 @@ async fn finished(app: &HttpApp, run_id: &str, worker: &CairnProcess) -> Value {
     .await
 }
 
+on_both_backends!(a_worker_refuses_loopback_unless_its_settings_allow_it);
 /// A worker reaches loopback only when its own settings allow it, and the setting is what decides either way.
-#[tokio::test]
-async fn a_worker_refuses_loopback_unless_its_settings_allow_it() {
-    for backend in backends() {
-        let stub = Stub::start(|_| (200, json!({"pong": true}))).await;
+async fn a_worker_refuses_loopback_unless_its_settings_allow_it(backend: Backend) {
+    let stub = Stub::start(|_| (200, json!({"pong": true}))).await;
 
-        let strict_app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let dir = TempDir::new();
-        // Spawned directly: the harness' `worker` would allow loopback.
-        let tmp = dir.path().display().to_string();
-        let strict = CairnProcess::spawn(
-            "strict",
-            dir.path(),
-            &["worker", "--server", &strict_app.grpc_url],
-            &[("TMPDIR", tmp)],
-        );
-        let run_id = strict_app.submit(ping(&stub)).await;
-        let run = finished(&strict_app, &run_id, &strict).await;
+    let strict_app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+    let dir = TempDir::new();
+    // Spawned directly: the harness' `worker` would allow loopback.
+    let tmp = dir.path().display().to_string();
+    let strict =
+        CairnProcess::spawn("strict", dir.path(), &["worker", "--server", &strict_app.grpc_url], &[("TMPDIR", tmp)]);
+    let run_id = strict_app.submit(ping(&stub)).await;
+    let run = finished(&strict_app, &run_id, &strict).await;
 
-        assert_eq!(run["status"], "failed", "{backend:?}: {run:#}");
-        let failure = &step(&run, "ping")["failures"][0];
-        assert_eq!(failure["code"], "invalid_args", "{backend:?}: {run:#}");
-        assert_eq!(failure["retryable"], false, "{backend:?}: {run:#}");
-        assert_eq!(failure["details"]["refused"], "loopback", "{backend:?}: {run:#}");
-        let message = failure["message"].as_str().unwrap();
-        assert!(
-            message.contains("http_allow_loopback") && message.contains("CAIRN_HTTP_ALLOW_LOOPBACK"),
-            "{backend:?}: the failure names the setting that allows it: {message}"
-        );
-        assert!(message.contains(&stub.url()["http://".len()..]), "{backend:?}: and the destination: {message}");
-        assert!(stub.calls().is_empty(), "{backend:?}: nothing reached the stub");
-        drop(strict);
+    assert_eq!(run["status"], "failed", "{backend:?}: {run:#}");
+    let failure = &step(&run, "ping")["failures"][0];
+    assert_eq!(failure["code"], "invalid_args", "{backend:?}: {run:#}");
+    assert_eq!(failure["retryable"], false, "{backend:?}: {run:#}");
+    assert_eq!(failure["details"]["refused"], "loopback", "{backend:?}: {run:#}");
+    let message = failure["message"].as_str().unwrap();
+    assert!(
+        message.contains("http_allow_loopback") && message.contains("CAIRN_HTTP_ALLOW_LOOPBACK"),
+        "{backend:?}: the failure names the setting that allows it: {message}"
+    );
+    assert!(message.contains(&stub.url()["http://".len()..]), "{backend:?}: and the destination: {message}");
+    assert!(stub.calls().is_empty(), "{backend:?}: nothing reached the stub");
+    drop(strict);
 
-        let allowing_app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
-        let allowing = CairnProcess::worker(
-            "allowing",
-            &allowing_app.grpc_url,
-            dir.path(),
-            &[],
-            &[("CAIRN_HTTP_ALLOW_LOOPBACK", "true".into())],
-        );
-        let run_id = allowing_app.submit(ping(&stub)).await;
-        let run = finished(&allowing_app, &run_id, &allowing).await;
+    let allowing_app = HttpApp::start(backend, Arc::new(ManualClock::new(START.parse().unwrap())), None).await;
+    let allowing = CairnProcess::worker(
+        "allowing",
+        &allowing_app.grpc_url,
+        dir.path(),
+        &[],
+        &[("CAIRN_HTTP_ALLOW_LOOPBACK", "true".into())],
+    );
+    let run_id = allowing_app.submit(ping(&stub)).await;
+    let run = finished(&allowing_app, &run_id, &allowing).await;
 
-        assert_eq!(run["status"], "succeeded", "{backend:?}: {run:#}");
-        assert_eq!(step(&run, "ping")["output"]["body"], json!({"pong": true}), "{backend:?}: {run:#}");
-        assert_eq!(stub.calls_to("/ping").len(), 1, "{backend:?}: one request");
-    }
+    assert_eq!(run["status"], "succeeded", "{backend:?}: {run:#}");
+    assert_eq!(step(&run, "ping")["output"]["body"], json!({"pong": true}), "{backend:?}: {run:#}");
+    assert_eq!(stub.calls_to("/ping").len(), 1, "{backend:?}: one request");
 }
 
 /// `cairn run` without `--server` starts its own orchestrator and worker: a developer's machine, where the

@@ -119,10 +119,8 @@ async fn metrics_follow_a_run_from_queued_to_succeeded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: the one-call batches are PostgreSQL's")]
 async fn a_chain_and_leaves_on_postgresql_count_their_batches_written_in_one_call() {
-    if !cairn_tests::backends().contains(&Backend::Postgres) {
-        return; // `backends` printed that PostgreSQL was skipped
-    }
     // Arrange: a chain of three `noop` steps, and a real worker process with one slot (so no poll of its own
     // shares a batch with a completion, and each completion comes with the claim for the slot it frees).
     let clock = Arc::new(ManualClock::new(START.parse().unwrap()));
@@ -174,10 +172,8 @@ async fn a_chain_and_leaves_on_postgresql_count_their_batches_written_in_one_cal
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: the one-call batches are PostgreSQL's")]
 async fn with_the_fast_path_off_the_same_chain_and_leaves_take_no_call() {
-    if !cairn_tests::backends().contains(&Backend::Postgres) {
-        return; // `backends` printed that PostgreSQL was skipped
-    }
     // Arrange: the workload of the test above, which takes five one-call batches with the fast path on.
     let clock = Arc::new(ManualClock::new(START.parse().unwrap()));
     let engine = EngineConfig { pg_fast_path: false, ..EngineConfig::default() };

@@ -9,54 +9,52 @@
 
 use std::time::Duration;
 
-use cairn_tests::backends;
 use cairn_tests::http::{TempDir, step, within};
 use cairn_tests::process::{Orchestrator, Proc, free_port};
+use cairn_tests::{Backend, on_both_backends};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-#[tokio::test]
-async fn sigterm_stops_serve_with_exit_0_ending_streams_and_losing_nothing() {
-    for backend in backends() {
-        let dir = TempDir::new();
-        let mut orchestrator = Orchestrator::start(backend, dir.path(), 10_000).await;
-        let _worker = orchestrator.worker("w1", &["--concurrency", "2"], &[]);
-        let plan = json!({"steps": [{"id": "nap", "action": "sleep", "args": {"duration_ms": 1500}}]});
-        let run_id = orchestrator.submit(plan).await;
-        orchestrator.wait_run(&run_id, "nap runs", LIMIT, |run| step(run, "nap")["status"] == "running").await;
-        let stream = reqwest::Client::new()
-            .get(format!("{}/v1/runs/{run_id}/events", orchestrator.base_url))
-            .bearer_auth(orchestrator.api_token())
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(stream.status(), 200, "the live stream opens");
-        let reading = tokio::spawn(async move { stream.bytes_stream().count().await });
+on_both_backends!(sigterm_stops_serve_with_exit_0_ending_streams_and_losing_nothing);
+async fn sigterm_stops_serve_with_exit_0_ending_streams_and_losing_nothing(backend: Backend) {
+    let dir = TempDir::new();
+    let mut orchestrator = Orchestrator::start(backend, dir.path(), 10_000).await;
+    let _worker = orchestrator.worker("w1", &["--concurrency", "2"], &[]);
+    let plan = json!({"steps": [{"id": "nap", "action": "sleep", "args": {"duration_ms": 1500}}]});
+    let run_id = orchestrator.submit(plan).await;
+    orchestrator.wait_run(&run_id, "nap runs", LIMIT, |run| step(run, "nap")["status"] == "running").await;
+    let stream = reqwest::Client::new()
+        .get(format!("{}/v1/runs/{run_id}/events", orchestrator.base_url))
+        .bearer_auth(orchestrator.api_token())
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200, "the live stream opens");
+    let reading = tokio::spawn(async move { stream.bytes_stream().count().await });
 
-        let code = orchestrator.terminate(LIMIT);
+    let code = orchestrator.terminate(LIMIT);
 
-        assert_eq!(code, Some(0), "{backend:?}: SIGTERM is a graceful stop, exit 0:{}", orchestrator.logs());
-        let ended = tokio::time::timeout(Duration::from_secs(5), reading).await;
-        assert!(ended.is_ok(), "{backend:?}: the live event stream ended with the orchestrator");
-        assert!(orchestrator.logs().contains("orchestrator stopped"), "it stopped through its shutdown path");
-        assert!(
-            !orchestrator.logs().contains("shutdown grace over"),
-            "{backend:?}: nothing was left to wait out the grace for (the database clock's sampler never ends on its \
+    assert_eq!(code, Some(0), "{backend:?}: SIGTERM is a graceful stop, exit 0:{}", orchestrator.logs());
+    let ended = tokio::time::timeout(Duration::from_secs(5), reading).await;
+    assert!(ended.is_ok(), "{backend:?}: the live event stream ended with the orchestrator");
+    assert!(orchestrator.logs().contains("orchestrator stopped"), "it stopped through its shutdown path");
+    assert!(
+        !orchestrator.logs().contains("shutdown grace over"),
+        "{backend:?}: nothing was left to wait out the grace for (the database clock's sampler never ends on its \
              own and is not waited for):{}",
-            orchestrator.logs()
-        );
+        orchestrator.logs()
+    );
 
-        orchestrator.restart().await;
-        let run = orchestrator.wait_run(&run_id, "the run ends", LIMIT, |r| r["status"] == "succeeded").await;
-        assert_eq!(
-            step(&run, "nap")["attempts"],
-            1,
-            "{backend:?}: the report was resent to the restarted orchestrator: {run:#}"
-        );
-    }
+    orchestrator.restart().await;
+    let run = orchestrator.wait_run(&run_id, "the run ends", LIMIT, |r| r["status"] == "succeeded").await;
+    assert_eq!(
+        step(&run, "nap")["attempts"],
+        1,
+        "{backend:?}: the report was resent to the restarted orchestrator: {run:#}"
+    );
 }
 
 #[tokio::test]
