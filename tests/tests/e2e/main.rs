@@ -66,6 +66,9 @@ mod observability_otlp_grpc;
 // Signals that stop `cairn serve` and `cairn dev`.
 mod shutdown_signals;
 
+// The harness's PostgreSQL template database.
+mod template_database;
+
 // Durable waiting: approvals, events, schedules, and their API.
 mod waiting_api;
 mod waiting_approvals;
