@@ -12,7 +12,7 @@ use std::time::Duration;
 use cairn_core::clock::ManualClock;
 use cairn_proto::v1::worker_service_client::WorkerServiceClient;
 use cairn_proto::v1::{Attempt, CompleteRequest, FailRequest, Failure, PollRequest, ReportOutcome};
-use cairn_tests::http::{HttpApp, step};
+use cairn_tests::http::{HttpApp, step, within};
 use cairn_tests::{Backend, TestApp, on_both_backends};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
@@ -37,8 +37,9 @@ async fn a_waiting_poll_receives_the_dependent_released_by_a_report(backend: Bac
     assert_eq!(a.len(), 1, "{backend:?}");
     let engine = app.engine.clone();
     let poll = tokio::spawn(async move { engine.claim_wait("w2", &actions(), 4, Duration::from_secs(20)).await });
-    // Let the poll find nothing and start waiting (if it has not yet, a wake-up covers it: same outcome).
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The poll found nothing and waits, so the report below has to wake it.
+    within(Duration::from_secs(10), "the poll waits", || async { (app.engine.waiting_polls() == 1).then_some(()) })
+        .await;
     assert!(!poll.is_finished(), "{backend:?}: nothing is claimable before `a` completes");
 
     let report = app.engine.complete(&a[0].lease, &json!({"ok": true})).await.unwrap();
@@ -60,7 +61,8 @@ async fn a_waiting_poll_receives_a_new_runs_root_and_concurrent_keyed_submission
     let app = TestApp::new(backend, START).await;
     let engine = app.engine.clone();
     let poll = tokio::spawn(async move { engine.claim_wait("w1", &actions(), 4, Duration::from_secs(20)).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    within(Duration::from_secs(10), "the poll waits", || async { (app.engine.waiting_polls() == 1).then_some(()) })
+        .await;
     assert!(!poll.is_finished(), "{backend:?}: nothing is claimable before the submission");
 
     let run = app.submit(json!({"steps":[{"id":"a","action":"noop","args":{}}]})).await;

@@ -7,10 +7,26 @@ use std::time::Duration;
 
 use cairn_orchestrator::{SubmitError, SubmitRequest};
 use cairn_store::{Report, Store};
+use cairn_tests::http::within;
 use cairn_tests::{Backend, TestApp};
 use serde_json::json;
 
 const START: &str = "2027-03-14T12:00:00Z";
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// Waits until some session of the app's database waits for a lock: a batch blocked on a held key.
+async fn until_a_session_waits_for_a_lock(pool: &sqlx::PgPool, what: &str) {
+    within(LIMIT, what, || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        (waiting > 0).then_some(())
+    })
+    .await;
+}
 
 /// Another session's uncommitted run holding idempotency key `key`.
 async fn hold_key(pool: &sqlx::PgPool, key: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
@@ -53,17 +69,19 @@ async fn a_run_whose_key_a_concurrent_transaction_took_fails_only_itself_not_its
     let engine = app.engine.clone();
     // The writer's first batch waits on the key `first` holds.
     let blocked = tokio::spawn(async move { engine.submit(&keyed("first")).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_a_session_waits_for_a_lock(&pool, "the first batch waits on the key `first` holds").await;
     // Both queue behind it, so they share the next batch.
     let engine = app.engine.clone();
     let racing = tokio::spawn(async move { engine.submit(&keyed("second")).await });
     let (engine, lease) = (app.engine.clone(), claimed[0].lease.clone());
     let report = tokio::spawn(async move { engine.complete(&lease, &json!({"ok": true})).await });
+    // Nothing outside the writer shows its queue: this pause is the time the two calls get to reach it.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // The first batch goes on and creates its run; the next one then waits on `second`'s key.
     first.rollback().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    within(LIMIT, "the first batch created its run", || async { blocked.is_finished().then_some(()) }).await;
+    until_a_session_waits_for_a_lock(&pool, "the next batch waits on the key `second` holds").await;
     // `second` commits: the next batch's insert of the run with that key fails.
     second.commit().await.unwrap();
 
