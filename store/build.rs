@@ -1,5 +1,5 @@
 //! Declares the `cairn_pg` cfg: set when `DATABASE_URL` is present at build time, so the PostgreSQL variants of
-//! the contract tests (`tests/contract.rs`) run, and are reported as ignored (skipped, with the reason) otherwise
+//! the contract tests (`tests/store/contract.rs`) run, and are reported as ignored (skipped, with the reason) otherwise
 //! instead of passing without having run. It also rebuilds the crate when a migration is added: `sqlx::migrate!`
 //! embeds the files of `../migrations`, which lie outside the package, so cargo would not notice a new one.
 

@@ -8,7 +8,7 @@
 //! A statement SQLite runs never binds its `LIMIT` bare (`LIMIT $5`), but as `LIMIT $5 + 0` (and `OFFSET` the
 //! same way, for consistency): the planner of the SQLite bundled here (3.51.3) reads a bare `LIMIT` parameter's
 //! value, so each new binding expires the statement and it is prepared again on every execution (about 75 µs of
-//! the claim's 165 µs here). `store/tests/sqlite_limits.rs` checks the rule.
+//! the claim's 165 µs here). `store/tests/store/sqlite_limits.rs` checks the rule.
 
 use std::collections::HashSet;
 use std::str::FromStr;

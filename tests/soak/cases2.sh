@@ -7,5 +7,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export D07_ITERATIONS="${D07_ITERATIONS:-500}" D08_RUNS="${D08_RUNS:-20000}" PROPTEST_CASES="${PROPTEST_CASES:-2000}"
-cargo test -p cairn-tests --test cases_d07_cancel_races --test cases_d08_mass_cancel -- --nocapture
-cargo test -p cairn-core --test hostile_input_props
+cargo test -p cairn-tests --test e2e -- --nocapture cases_d07_cancel_races:: cases_d08_mass_cancel::
+cargo test -p cairn-core --test core hostile_input_props::

@@ -1,7 +1,8 @@
-//! Shared harness for Cairn's end-to-end and failure-case tests (`tests/tests/*.rs`).
+//! Shared harness for Cairn's end-to-end and failure-case tests (`tests/tests/e2e/`, one test binary).
 //!
-//! - [`TestApp`]: a real [`Engine`] over a fresh database (a SQLite file, or a new PostgreSQL database when
-//!   `DATABASE_URL` is set) with a [`ManualClock`], so timers and backoff are driven by setting the time.
+//! - [`TestApp`]: a real [`Engine`] over a fresh database (a SQLite file, or a new PostgreSQL database cloned
+//!   from a migrated template, [`postgres_url`], when `DATABASE_URL` is set) with a [`ManualClock`], so timers
+//!   and backoff are driven by setting the time.
 //!   [`TestApp::restart`] drops the engine and starts a new one over the same database, as a crashed and
 //!   restarted orchestrator would.
 //! - [`TestWorker`]: an in-process worker loop that claims steps and runs handlers, recording every call, so
@@ -19,6 +20,7 @@
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
+mod databases;
 pub mod http;
 pub mod invariants;
 pub mod process;
@@ -26,7 +28,6 @@ pub mod raw;
 pub mod silent_proxy;
 mod worker;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use cairn_core::catalog::StaticCatalog;
@@ -36,6 +37,7 @@ use cairn_store::{RunSummary, StepSummary, Store};
 use jiff::Timestamp;
 use serde_json::Value;
 
+pub use databases::{postgres_url, sqlite_url, template_name};
 pub use worker::{Outcome, TestWorker};
 
 /// Which database a test runs on.
@@ -47,15 +49,32 @@ pub enum Backend {
     Postgres,
 }
 
-/// The backends available here: SQLite always, PostgreSQL when `DATABASE_URL` is set. A test looping over
-/// this prints which backends it skipped, so a missing PostgreSQL is visible, not silently green.
-pub fn backends() -> Vec<Backend> {
-    if std::env::var("DATABASE_URL").is_ok() {
-        vec![Backend::Sqlite, Backend::Postgres]
-    } else {
-        eprintln!("SKIPPED on PostgreSQL: DATABASE_URL is not set");
-        vec![Backend::Sqlite]
-    }
+/// Declares the two tests of a behaviour written once as `async fn name(backend: Backend)`: `name::sqlite` and
+/// `name::postgres`. The PostgreSQL one is reported as ignored, with the reason, when `DATABASE_URL` was not set
+/// at build time (the `cairn_pg` cfg of `build.rs`), so a missing database shows in the summary instead of a
+/// test passing without having run. Arguments after the name go to `#[tokio::test(..)]`:
+///
+/// ```text
+/// on_both_backends!(a_run_survives_a_restart, flavor = "multi_thread", worker_threads = 2);
+/// /// What the test shows.
+/// async fn a_run_survives_a_restart(backend: Backend) { /* … */ }
+/// ```
+#[macro_export]
+macro_rules! on_both_backends {
+    ($name:ident $(, $($runtime:tt)+)?) => {
+        mod $name {
+            #[::tokio::test $(($($runtime)+))?]
+            async fn sqlite() {
+                super::$name($crate::Backend::Sqlite).await;
+            }
+
+            #[::tokio::test $(($($runtime)+))?]
+            #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: the PostgreSQL half of this test is skipped")]
+            async fn postgres() {
+                super::$name($crate::Backend::Postgres).await;
+            }
+        }
+    };
 }
 
 /// A running engine over a fresh database with a manual clock.
@@ -157,53 +176,4 @@ impl TestApp {
 async fn start_engine(url: &str, clock: Arc<ManualClock>, config: EngineConfig) -> Engine {
     let store = Store::connect(url).await.unwrap();
     Engine::start(store, clock, Arc::new(StaticCatalog::builtin()), config).await.unwrap()
-}
-
-/// A fresh SQLite database URL: a new file in this test process's directory under the system temp dir
-/// (`cairn-tests/<pid>/`), so that orchestrator processes a test restarts find it again. The directories of test
-/// processes that are gone are removed first, as [`postgres_url`] drops their databases.
-pub fn sqlite_url() -> String {
-    let root: PathBuf = std::env::temp_dir().join("cairn-tests");
-    remove_directories_of_gone_processes(&root);
-    let dir = root.join(std::process::id().to_string());
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.db", uuid::Uuid::new_v4()));
-    format!("sqlite:{}", path.display())
-}
-
-/// Removes the subdirectories of `root` named by the id of a process that no longer runs (other names, such as
-/// the [`http::TempDir`]s, are left alone: those remove themselves).
-fn remove_directories_of_gone_processes(root: &std::path::Path) {
-    let Ok(entries) = std::fs::read_dir(root) else { return };
-    for entry in entries.flatten() {
-        let pid = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok());
-        if pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-/// Creates a fresh database named `cairn_t_<pid>_<uuid>` on the `DATABASE_URL` server, dropping ones left by
-/// test processes that are gone.
-// Database names are generated here (pid + uuid), never taken from input, so formatting them into DDL is safe.
-pub async fn postgres_url() -> String {
-    use sqlx::Connection;
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
-    let stale: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'cairn_t_%'")
-        .fetch_all(&mut admin)
-        .await
-        .unwrap();
-    for name in stale {
-        let pid = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
-        if pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
-                .execute(&mut admin)
-                .await;
-        }
-    }
-    let name = format!("cairn_t_{}_{}", std::process::id(), uuid::Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut admin).await.unwrap();
-    let (prefix, _) = base.rsplit_once('/').unwrap();
-    format!("{prefix}/{name}")
 }

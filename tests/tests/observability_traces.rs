@@ -5,6 +5,9 @@
 //!
 //! The worker is started with a one-minute export delay and stopped with SIGTERM, so its spans can only arrive
 //! through the flush on shutdown. Build the binary first: `cargo build -p cairn-cli`.
+//!
+//! A binary of its own, not a module of `e2e`: it installs this process's global tracing subscriber, which would
+//! then see (and export) the spans of every other test's in-process orchestrator.
 
 #![allow(clippy::unwrap_used)]
 
