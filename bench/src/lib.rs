@@ -40,7 +40,11 @@
 //!   (see [`dispatch`]).
 //! - `memory`: 10,000 runs of 10 steps each waiting on a timer a day ahead (100,000 pending timers, 10,000
 //!   active runs); `rss_mb` = the orchestrator's resident memory (`VmRSS`) once they are stored.
-//! - `all`: chain, fanout, throughput, timers, dispatch, memory, in order, against one set of processes.
+//! - `validate`: a plan of one step, a 5,000-wide fan-out of steps with placeholders on it and a join (case C24)
+//!   sent to `POST /v1/plans:validate`, 5 times; `validate_ms_median` and `validate_ms_max` are the times to
+//!   the answer (a valid plan) on this host's clock.
+//! - `all`: chain, fanout, throughput, timers, dispatch, memory, validate, in order, against one set of
+//!   processes.
 //!
 //! The default sizes are the ones published figures use. [`Size`] (`--steps N`, `--runs N`) replaces them in
 //! every scenario that has one (with `all`, in each), so a test or a quick look runs small; the figures report
@@ -84,16 +88,18 @@ pub enum Scenario {
     Dispatch,
     /// 100,000 pending timers in 10,000 runs: the orchestrator's resident memory.
     Memory,
-    /// chain, fanout, throughput, timers, dispatch, memory.
+    /// A 5,000-wide fan-out validated over the API (case C24): time to the answer.
+    Validate,
+    /// chain, fanout, throughput, timers, dispatch, memory, validate.
     All,
 }
 
 impl Scenario {
     /// The scenarios this one runs, in order.
     fn expand(self) -> Vec<Scenario> {
-        use Scenario::{All, Chain, Dispatch, Fanout, Memory, Throughput, Timers};
+        use Scenario::{All, Chain, Dispatch, Fanout, Memory, Throughput, Timers, Validate};
         match self {
-            All => vec![Chain, Fanout, Throughput, Timers, Dispatch, Memory],
+            All => vec![Chain, Fanout, Throughput, Timers, Dispatch, Memory, Validate],
             one => vec![one],
         }
     }
@@ -189,6 +195,7 @@ pub async fn run(options: &Options, mut report: impl FnMut(&Value)) -> anyhow::R
             Scenario::Timers => scenarios::timers(api, size).await?,
             Scenario::Dispatch => dispatch::dispatch(api, size, options.rate).await?,
             Scenario::Memory => scenarios::memory(api, size, procs.first_serve_pid()).await?,
+            Scenario::Validate => scenarios::validate(api, size).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if let (Some(obj), Some(cfg)) = (figures.as_object_mut(), config.as_object()) {
@@ -217,7 +224,7 @@ fn check(options: &Options) -> anyhow::Result<()> {
 }
 
 /// The orchestrators' plan size limit (`CAIRN_MAX_STEPS`): the default scenarios' largest plan, 10,000 steps, or
-/// a larger `--steps` (plus `fanout`'s join).
+/// a larger `--steps` (plus `fanout`'s join, or `validate`'s source and join).
 fn max_plan_steps(size: Size) -> usize {
-    size.steps_or(0).saturating_add(1).max(10_000)
+    size.steps_or(0).saturating_add(2).max(10_000)
 }

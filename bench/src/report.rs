@@ -60,6 +60,12 @@ pub fn summary(figures: &Value) -> String {
             get("wall_ms"),
             get("first_ms")
         ),
+        "validate" => format!(
+            "validate   {setup}: a {}-wide fan-out validated over the API in {} ms (median of 5; max {} ms)",
+            get("width"),
+            get("validate_ms_median"),
+            get("validate_ms_max")
+        ),
         _ => format!(
             "memory     {setup}: {} pending timers in {} active runs: orchestrator RSS {} MB (before them: {} MB)",
             get("pending_timers"),

@@ -180,6 +180,34 @@ fn rss_mb(pid: u32) -> anyhow::Result<f64> {
     Ok(round2(kb as f64 / 1024.0))
 }
 
+/// The width of `validate`'s fan-out (case C24).
+const VALIDATE_WIDTH: usize = 5_000;
+
+/// `validate`: a wide fan-out with a placeholder in every child validated over the API, five times.
+pub(super) async fn validate(api: &Api, size: Size) -> anyhow::Result<Value> {
+    let width = size.steps_or(VALIDATE_WIDTH);
+    let ids: Vec<String> = (0..width).map(|i| format!("n{i:04}")).collect();
+    let source = ["source".to_owned()];
+    let mut steps = vec![noop("source", &[])];
+    for id in &ids {
+        let mut step = noop(id, &source);
+        step["args"] = json!({"value": "$source.output", "pad": "x".repeat(200)});
+        steps.push(step);
+    }
+    steps.push(noop("join", &ids));
+    let plan = json!({"goal": "bench: validate", "steps": steps});
+    let mut times = Vec::with_capacity(5);
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let answer = api.post("/v1/plans:validate", &plan).await?;
+        times.push(started.elapsed().as_secs_f64() * 1_000.0);
+        anyhow::ensure!(answer["valid"] == json!(true), "the plan validates: {answer}");
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(json!({"scenario": "validate", "validate_ms_median": times[2], "validate_ms_max": times[4],
+              "width": width}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,6 +66,15 @@ fn throughput_reports_the_drain_and_the_submission_apart() {
 }
 
 #[test]
+fn validate_reports_the_time_to_the_answer_for_a_wide_plan() {
+    let figures = bench("validate", &["--steps", "50"]);
+    assert_eq!(figures["scenario"], "validate");
+    assert_eq!(figures["width"], 50, "the width asked for");
+    let (median, max) = (number(&figures, "validate_ms_median"), number(&figures, "validate_ms_max"));
+    assert!(median > 0.0 && max >= median, "five answers, the slowest last: {figures}");
+}
+
+#[test]
 fn a_size_that_measures_nothing_is_refused_before_any_process_starts() {
     let out = Command::new(env!("CARGO_BIN_EXE_cairn")).args(["bench", "chain", "--steps", "1"]).output().unwrap();
 

@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairn_core::diagnostic::Code;
 use cairn_core::validate::Limits;
@@ -184,18 +184,16 @@ async fn assert_fan_out_done(app: &TestApp, run: &str, workers: &[&TestWorker]) 
 }
 
 on_both_backends!(c24_a_five_thousand_wide_fan_out_runs_each_child_once_and_joins_once);
-/// C24: a 5,000-wide fan-out validates quickly, runs every child exactly once, joins once, and keeps every
-/// per-child record small.
+/// C24: a 5,000-wide fan-out validates (how fast is `cairn bench validate`'s figure), runs every child exactly
+/// once, joins once, and keeps every per-child record small.
 async fn c24_a_five_thousand_wide_fan_out_runs_each_child_once_and_joins_once(backend: Backend) {
     let plan = fan_out(WIDTH);
-    let started = Instant::now();
     let report = cairn_core::validate::validate_value(
         &plan,
         &cairn_core::catalog::StaticCatalog::builtin(),
         &wide_config().limits,
     );
     assert!(report.valid, "{:?}", report.diagnostics.first());
-    assert!(started.elapsed() < Duration::from_secs(2), "validated in {:?}", started.elapsed());
     let app = TestApp::with_config(backend, START, wide_config()).await;
     let run = app.submit(plan.clone()).await;
     let worker = fan_out_worker("w1");
