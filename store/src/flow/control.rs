@@ -1,5 +1,6 @@
 //! Cancellation, operator decisions, approvals and the lease reaper.
 
+use cairn_core::event::EventKind;
 use cairn_core::failure::{Failure, codes};
 use serde_json::json;
 
@@ -24,10 +25,10 @@ pub(crate) async fn cancel_run<T: StepTx>(
         return Ok(false);
     }
     for (step_id, attempt, _) in tx.steps_cancel(run_id, now).await? {
-        events.push(event(run_id, Some(&step_id), "step_cancelled", json!({"attempt": attempt}), now));
+        events.push(event(run_id, Some(&step_id), EventKind::StepCancelled, json!({"attempt": attempt}), now));
     }
     tx.attempts_cancel(run_id, now).await?;
-    events.push(event(run_id, None, "run_cancelled", json!({}), now));
+    events.push(event(run_id, None, EventKind::RunCancelled, json!({}), now));
     Ok(true)
 }
 
@@ -57,11 +58,11 @@ pub(crate) async fn operate<T: StepTx>(
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<bool> {
     let (from, to, kind) = match action {
-        OperatorAction::Retry => ("outcome_unknown", "ready", "operator_retry"),
-        OperatorAction::Skip => ("outcome_unknown", "skipped", "operator_skip"),
-        OperatorAction::Fail => ("outcome_unknown", "failed", "operator_fail"),
-        OperatorAction::Approve => ("waiting_approval", "ready", "step_approved"),
-        OperatorAction::Reject => ("waiting_approval", "failed", "step_rejected"),
+        OperatorAction::Retry => ("outcome_unknown", "ready", EventKind::OperatorRetry),
+        OperatorAction::Skip => ("outcome_unknown", "skipped", EventKind::OperatorSkip),
+        OperatorAction::Fail => ("outcome_unknown", "failed", EventKind::OperatorFail),
+        OperatorAction::Approve => ("waiting_approval", "ready", EventKind::StepApproved),
+        OperatorAction::Reject => ("waiting_approval", "failed", EventKind::StepRejected),
     };
     let is_final = matches!(to, "skipped" | "failed");
     // Ready now, or at the step's `not_before` timer if that is later (applied in `STEP_OPERATOR`).
