@@ -18,7 +18,7 @@
 //! - [`retry`]: retry policies and the backoff/jitter maths (`next_delay`).
 //! - [`pointer`]: JSON pointer building (RFC 6901 escaping).
 //! - [`clock`]: the injected [`clock::Clock`] and a manual clock for tests.
-//! - [`state`]: run and step statuses; [`failure`]: failure records and codes.
+//! - [`state`]: run, step and attempt statuses; [`event`]: the kinds of a run's events; [`failure`]: failure records and codes.
 //! - [`text`]: the identifiers requests carry (keys, names, ids): length limits and the NUL rule.
 //! - [`machine`]: the pure state machine (retry/fail/outcome_unknown, trigger rules, skip propagation).
 
@@ -27,6 +27,7 @@ pub mod clock;
 pub mod condition;
 pub mod diagnostic;
 pub mod document;
+pub mod event;
 pub mod event_wait;
 pub mod expression;
 pub mod failure;

@@ -166,8 +166,21 @@ pub enum ApprovalReject {
 }
 
 /// Outcome of an approval that timed out.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ApprovalTimeout {
     /// The step fails.
     #[default]
@@ -180,6 +193,13 @@ pub enum ApprovalTimeout {
 
 fn empty_object() -> Value {
     Value::Object(serde_json::Map::new())
+}
+
+impl ApprovalTimeout {
+    /// The stable snake_case name.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 impl TriggerRule {

@@ -103,6 +103,30 @@ pub enum Misfire {
     CatchUp,
 }
 
+/// What became of one tick of a schedule (`schedule_ticks.outcome`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::Display, strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum TickOutcome {
+    /// A run was started.
+    Started,
+    /// No run: the previous one was still open and the overlap policy is `skip`.
+    SkippedOverlap,
+    /// No run: the plan could not become one at that instant (its detail says why).
+    InvalidPlan,
+}
+
+impl TickOutcome {
+    /// The stable snake_case name.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+crate::state::compares_with_names!(TickOutcome);
+
 impl Overlap {
     /// The stable snake_case name.
     pub fn as_str(self) -> &'static str {

@@ -99,6 +99,58 @@ impl RunStatus {
     }
 }
 
+/// The status of one attempt of a step (`attempts.status`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum AttemptStatus {
+    /// Leased to a worker, not reported yet.
+    Running,
+    /// The worker reported success.
+    Succeeded,
+    /// Failed: reported, timed out, lost its lease, or cancelled with its run.
+    Failed,
+}
+
+impl AttemptStatus {
+    /// The stable snake_case name stored in `attempts.status`.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// Lets a stored enum be compared with its stable name (`status == "running"`), as the tests and the CLI's
+/// filters do with names they read.
+macro_rules! compares_with_names {
+    ($($t:ty),*) => {$(
+        impl PartialEq<str> for $t {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+        impl PartialEq<&str> for $t {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    )*};
+}
+pub(crate) use compares_with_names;
+
+compares_with_names!(StepStatus, RunStatus, AttemptStatus);
+
 /// An unknown status name read back from storage.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown status `{0}`")]
@@ -142,6 +194,15 @@ mod tests {
         for status in StepStatus::ALL {
             assert_eq!(status.as_str().parse::<StepStatus>(), Ok(status));
             assert_eq!(serde_json::to_value(status).ok(), Some(serde_json::json!(status.as_str())));
+        }
+    }
+
+    #[test]
+    fn attempt_status_names_agree_with_serde() {
+        use strum::VariantArray;
+        for status in AttemptStatus::VARIANTS {
+            assert_eq!(serde_json::to_value(status).ok(), Some(serde_json::json!(status.as_str())));
+            assert_eq!(status.to_string(), status.as_str());
         }
     }
 }

@@ -322,6 +322,8 @@ fn count(value: i64) -> u64 {
 mod tests {
     use cairn_store::stats::{AttemptCount, StatusCount};
 
+    use cairn_core::state::{AttemptStatus, RunStatus};
+
     use super::*;
     use crate::auth::{Api, login_failed};
 
@@ -331,8 +333,8 @@ mod tests {
         metrics.dispatched("noop", 40);
         metrics.worker_seen("w1", 1_000);
         let stats = StoreStats {
-            runs: vec![StatusCount { status: "succeeded".into(), count: 2 }],
-            attempts: vec![AttemptCount { action: "noop".into(), status: "succeeded".into(), count: 3 }],
+            runs: vec![StatusCount { status: RunStatus::Succeeded, count: 2 }],
+            attempts: vec![AttemptCount { action: "noop".into(), status: AttemptStatus::Succeeded, count: 3 }],
             oldest_ready_due_ms: Some(500),
             queue_depth: 1,
             ..StoreStats::default()

@@ -187,8 +187,8 @@ impl Engine {
             timezone: spec.timezone.clone().unwrap_or_else(|| "UTC".into()),
             plan: spec.plan.clone(),
             input: spec.input.clone(),
-            overlap: spec.overlap.unwrap_or_default().as_str().to_owned(),
-            misfire: spec.misfire.unwrap_or_default().as_str().to_owned(),
+            overlap: spec.overlap.unwrap_or_default(),
+            misfire: spec.misfire.unwrap_or_default(),
             catch_up_max: i64::from(spec.catch_up_max.unwrap_or(DEFAULT_CATCH_UP)),
             paused: spec.paused,
             next_fire_at_ms: None,
@@ -217,8 +217,8 @@ impl Engine {
             timezone: patch.timezone.clone().unwrap_or(current.timezone),
             plan: patch.plan.clone().unwrap_or(current.plan),
             input: patch.input.clone().or(current.input),
-            overlap: patch.overlap.map_or(current.overlap, |o| o.as_str().to_owned()),
-            misfire: patch.misfire.map_or(current.misfire, |m| m.as_str().to_owned()),
+            overlap: patch.overlap.unwrap_or(current.overlap),
+            misfire: patch.misfire.unwrap_or(current.misfire),
             catch_up_max: patch.catch_up_max.map_or(current.catch_up_max, i64::from),
             paused: current.paused,
             next_fire_at_ms: None,
@@ -308,8 +308,7 @@ impl Engine {
                     continue;
                 }
             };
-            let misfire: Misfire = s.misfire.parse().unwrap_or_default();
-            let overlap: Overlap = s.overlap.parse().unwrap_or_default();
+            let (misfire, overlap) = (s.misfire, s.overlap);
             let catch_up_max = u32::try_from(s.catch_up_max).unwrap_or(1);
             let plan = cron.due(timestamp(expected), now, MisfirePolicy { misfire, catch_up_max, grace: grace() });
             // The actions its plan uses, registered through any orchestrator, before its runs are validated.

@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 
+use cairn_core::state::StepStatus;
 use cairn_store::{RunDetail, StoreResult};
 use serde_json::{Value, json};
 
@@ -41,7 +42,7 @@ pub fn detail_view(detail: RunDetail, served: &HashSet<String>) -> Value {
                 "available_at_ms": s.available_at_ms, "checkpoint": s.checkpoint,
             });
             let run_by_orchestrator = s.action == cairn_core::event_wait::ACTION;
-            if s.status == "ready" && !run_by_orchestrator && !served.contains(&s.action) {
+            if s.status == StepStatus::Ready && !run_by_orchestrator && !served.contains(&s.action) {
                 view["waiting_for"] = json!({"kind": "worker", "action": s.action});
             }
             view

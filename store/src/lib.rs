@@ -53,6 +53,7 @@ pub mod stats;
 mod tx;
 mod writer;
 
+use cairn_core::event::EventKind;
 use sqlx::{PgPool, SqlitePool};
 
 pub use cairn_core::machine::OperatorAction;
@@ -355,14 +356,14 @@ impl Store {
                 events.push(flow::event(
                     run_id,
                     Some(&step_id),
-                    "step_cancelled",
+                    EventKind::StepCancelled,
                     serde_json::json!({"reason": "integrity_error"}),
                     now_ms,
                 ));
             }
             tx::StepTx::attempts_cancel(&mut tx, run_id, now_ms).await?;
             if tx::StepTx::run_finish(&mut tx, run_id, "failed", Some(&text), now_ms).await? {
-                events.push(flow::event(run_id, None, "run_failed", failure.clone(), now_ms));
+                events.push(flow::event(run_id, None, EventKind::RunFailed, failure.clone(), now_ms));
             }
         })
     }

@@ -1,5 +1,7 @@
 //! Plain data passed in and out of the store. Times are milliseconds since the Unix epoch (UTC), named `*_ms`.
 
+use cairn_core::event::EventKind;
+use cairn_core::state::{AttemptStatus, RunStatus, StepStatus};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -149,8 +151,8 @@ pub enum HeartbeatOutcome {
 pub struct RunSummary {
     /// Run id.
     pub id: String,
-    /// Status name.
-    pub status: String,
+    /// Status.
+    pub status: RunStatus,
     /// Plan id.
     pub plan_id: String,
     /// Steps in the run.
@@ -172,8 +174,8 @@ pub struct StepSummary {
     pub id: String,
     /// Action.
     pub action: String,
-    /// Status name.
-    pub status: String,
+    /// Status.
+    pub status: StepStatus,
     /// Attempts started.
     pub attempts: u32,
     /// Output when succeeded.
@@ -198,7 +200,7 @@ pub struct RunEvent {
     /// Step concerned.
     pub step_id: Option<String>,
     /// Event kind, e.g. `step_succeeded`.
-    pub kind: String,
+    pub kind: EventKind,
     /// Details.
     pub data: Value,
     /// When.
@@ -214,8 +216,8 @@ pub struct AttemptRecord {
     pub attempt: u32,
     /// Worker.
     pub worker_id: Option<String>,
-    /// `running`, `succeeded` or `failed`.
-    pub status: String,
+    /// Status.
+    pub status: AttemptStatus,
     /// Start time.
     pub started_at_ms: i64,
     /// End time.

@@ -4,6 +4,7 @@
 //! the same statement that leases them, so no step is ever leased twice, and every other write is a conditional
 //! `UPDATE` fenced by status and attempt number.
 
+use cairn_core::event::EventKind;
 use sqlx::Connection;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPoolOptions;
@@ -63,8 +64,8 @@ macro_rules! lock_runs {
 }
 
 /// Leases due ready steps, inserts their attempt rows, marks the runs they start running, and appends the
-/// transaction's queued events ($6–$10, as [`EVENTS_INSERT`] binds them) followed by one `step_started` event per
-/// leased step: one statement, one round trip fewer per transaction than a separate events insert.
+/// transaction's queued events ($6–$13, as [`EVENTS_INSERT`] binds them) followed by one `step_started` event (the
+/// kind in $14) per leased step: one statement, one round trip fewer per transaction than a separate events insert.
 /// Rows locked by another claimer are skipped, not waited for. Index: `steps_ready_idx`, then primary keys.
 ///
 /// The runs it starts are found by key only: their ids arrive as an array computed first, and their status is
@@ -75,9 +76,8 @@ macro_rules! lock_runs {
 ///
 /// The events get their `id`s in the order the insert's `ORDER BY n` gives: the queued ones in the order given,
 /// then the `step_started` ones in claim order (due time, then run and step id: the order the leased steps are
-/// returned in); their runs are locked first ([`lock_runs!`]). Their `data` is
-/// `{"attempt":N,"worker_id":"…"}`, the same compact text `serde_json` writes for that object (`to_json` escapes
-/// the worker id as JSON does).
+/// returned in); their runs are locked first ([`lock_runs!`]). Their payload is the columns `attempt` and
+/// `worker_id` (`cairn_core::event::Progress::Started`), with `data` NULL.
 const CLAIM: &str = concat!(
     "WITH picked AS (SELECT run_id, step_id FROM steps WHERE status = 'ready' AND available_at <= $2 \
        AND action = ANY($4) ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED), \
@@ -92,14 +92,13 @@ const CLAIM: &str = concat!(
        SELECT run_id, step_id, attempt, lease_id, action, $1, 'running', $2 FROM leased), \
      started AS (UPDATE runs SET status = 'running', updated_at = $2 \
        WHERE id = ANY (ARRAY(SELECT run_id FROM leased)) AND (status = 'pending') IS TRUE), \
-     logged AS (INSERT INTO run_events (run_id, step_id, kind, data, at) \
-       SELECT run_id, step_id, kind, data, at FROM ( \
-         SELECT run_id, step_id, kind, data, at, n \
-           FROM UNNEST($6::text[], $7::text[], $8::text[], $9::text[], $10::int8[]) WITH ORDINALITY \
-             AS q(run_id, step_id, kind, data, at, n) \
+     logged AS (INSERT INTO run_events (run_id, step_id, kind, data, attempt, worker_id, available_at, at) \
+       SELECT run_id, step_id, kind, data, attempt, worker_id, available_at, at FROM ( \
+         SELECT run_id, step_id, kind, data, attempt, worker_id, available_at, at, n \
+           FROM UNNEST($6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::text[], $12::int8[], \
+             $13::int8[]) WITH ORDINALITY AS q(run_id, step_id, kind, data, attempt, worker_id, available_at, at, n) \
          UNION ALL \
-         SELECT run_id, step_id, 'step_started', \
-             '{\"attempt\":' || attempt || ',\"worker_id\":' || to_json($1::text)::text || '}', $2, \
+         SELECT run_id, step_id, $14, NULL, attempt, $1, NULL, $2, \
              cardinality($6::text[]) + row_number() OVER (ORDER BY available_at, run_id, step_id) \
            FROM leased) AS e, ",
     lock_runs!("SELECT run_id FROM leased UNION SELECT unnest($6::text[])"),
@@ -128,10 +127,10 @@ const SUCCEED_MANY: &str = "WITH v AS (SELECT * FROM UNNEST($2::text[], $3::text
 /// columns bound as arrays. Their runs are locked first ([`lock_runs!`]), as [`CLAIM`] does for the events it
 /// writes.
 const EVENTS_INSERT: &str = concat!(
-    "INSERT INTO run_events (run_id, step_id, kind, data, at) \
-     SELECT run_id, step_id, kind, data, at \
-     FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[]) WITH ORDINALITY \
-       AS e(run_id, step_id, kind, data, at, n), ",
+    "INSERT INTO run_events (run_id, step_id, kind, data, attempt, worker_id, available_at, at) \
+     SELECT run_id, step_id, kind, data, attempt, worker_id, available_at, at \
+     FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::text[], $7::int8[], $8::int8[]) \
+       WITH ORDINALITY AS e(run_id, step_id, kind, data, attempt, worker_id, available_at, at, n), ",
     lock_runs!("SELECT unnest($1::text[])"),
     " ORDER BY n"
 );
@@ -147,6 +146,9 @@ async fn events_insert(tx: &mut Transaction<'_, Postgres>, events: &[EventInsert
         .bind(columns.steps)
         .bind(columns.kinds)
         .bind(columns.data)
+        .bind(columns.attempts)
+        .bind(columns.workers)
+        .bind(columns.available_at)
         .bind(columns.at)
         .execute(&mut **tx)
         .await?;
@@ -158,7 +160,10 @@ struct EventColumns<'a> {
     runs: Vec<&'a str>,
     steps: Vec<Option<&'a str>>,
     kinds: Vec<&'a str>,
-    data: Vec<&'a str>,
+    data: Vec<Option<&'a str>>,
+    attempts: Vec<Option<i64>>,
+    workers: Vec<Option<&'a str>>,
+    available_at: Vec<Option<i64>>,
     at: Vec<i64>,
 }
 
@@ -167,8 +172,11 @@ impl<'a> EventColumns<'a> {
         EventColumns {
             runs: events.iter().map(|e| e.run_id.as_str()).collect(),
             steps: events.iter().map(|e| e.step_id.as_deref()).collect(),
-            kinds: events.iter().map(|e| e.kind).collect(),
-            data: events.iter().map(|e| e.data.as_str()).collect(),
+            kinds: events.iter().map(|e| e.kind.as_str()).collect(),
+            data: events.iter().map(|e| e.data.as_deref()).collect(),
+            attempts: events.iter().map(|e| e.attempt).collect(),
+            workers: events.iter().map(|e| e.worker_id.as_deref()).collect(),
+            available_at: events.iter().map(|e| e.available_at).collect(),
             at: events.iter().map(|e| e.at).collect(),
         }
     }
@@ -293,7 +301,11 @@ impl DialectTx for Transaction<'_, Postgres> {
             .bind(queued.steps)
             .bind(queued.kinds)
             .bind(queued.data)
+            .bind(queued.attempts)
+            .bind(queued.workers)
+            .bind(queued.available_at)
             .bind(queued.at)
+            .bind(EventKind::StepStarted.as_str())
             .fetch_all(&mut **self)
             .await?;
         // Written by the statement: the commit must not write them again.

@@ -1,11 +1,12 @@
 //! Read queries for the API and the CLI, and the start-up integrity check. Same SQL on both backends.
 
+use cairn_core::state::RunStatus;
 use serde_json::{Value, json};
 use sqlx::{Connection, Postgres};
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::{AttemptRecord, RunDetail, RunEvent, RunSummary, StepSummary};
-use crate::rows::{AttemptRow, EventRow, RunRow, StepRow};
+use crate::rows::{AttemptRow, EventRow, RunRow, StepRow, name};
 use crate::{Store, sql};
 
 fn json_opt(what: &'static str, text: Option<String>) -> StoreResult<Option<Value>> {
@@ -14,8 +15,8 @@ fn json_opt(what: &'static str, text: Option<String>) -> StoreResult<Option<Valu
 
 fn run_summary(row: RunRow) -> StoreResult<RunSummary> {
     Ok(RunSummary {
+        status: name("runs.status", &row.status)?,
         id: row.id,
-        status: row.status,
         plan_id: row.plan_id,
         step_count: row.step_count,
         open_steps: row.open_steps,
@@ -42,7 +43,7 @@ fn step_summary(r: StepRow) -> StoreResult<StepSummary> {
     Ok(StepSummary {
         id: r.step_id,
         action: r.action,
-        status: r.status,
+        status: name("steps.status", &r.status)?,
         attempts: u32::try_from(r.attempt).unwrap_or(u32::MAX),
         output: json_opt("steps.output", r.output)?,
         error: json_opt("steps.error", r.error)?,
@@ -68,8 +69,8 @@ fn attempt_record(run_id: &str, r: AttemptRow) -> StoreResult<AttemptRecord> {
     Ok(AttemptRecord {
         step_id: r.step_id,
         attempt: u32::try_from(r.attempt).unwrap_or(u32::MAX),
+        status: name("attempts.status", &r.status)?,
         worker_id: r.worker_id,
-        status: r.status,
         started_at_ms: r.started_at,
         ended_at_ms: r.ended_at,
         failure,
@@ -90,7 +91,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
-    pub async fn runs(&self, status: Option<&str>, limit: i64, offset: i64) -> StoreResult<Vec<RunSummary>> {
+    pub async fn runs(&self, status: Option<RunStatus>, limit: i64, offset: i64) -> StoreResult<Vec<RunSummary>> {
+        let status = status.map(RunStatus::as_str);
         let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, RunRow>(sql::RUNS_LIST)
             .bind(status).bind(limit).bind(offset).fetch_all(pool).await?);
         rows.into_iter().map(run_summary).collect()
@@ -151,17 +153,7 @@ impl Store {
     pub async fn events(&self, run_id: &str, after: i64, limit: i64) -> StoreResult<Vec<RunEvent>> {
         let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, EventRow>(sql::EVENTS_OF_RUN)
             .bind(run_id).bind(after).bind(limit).fetch_all(pool).await?);
-        rows.into_iter()
-            .map(|r| {
-                Ok(RunEvent {
-                    id: r.id,
-                    step_id: r.step_id,
-                    kind: r.kind,
-                    data: serde_json::from_str(&r.data).map_err(|e| StoreError::corrupt("run_events.data", e))?,
-                    at_ms: r.at,
-                })
-            })
-            .collect()
+        rows.into_iter().map(EventRow::into_event).collect()
     }
 
     /// The earliest `available_at` of any ready step (due now or later), for the dispatcher's sleep.

@@ -1,4 +1,20 @@
-//! Row shapes shared by both backends (decoded with `sqlx::FromRow`; both dialects store the same types).
+//! Row shapes shared by both backends (decoded with `sqlx::FromRow`; both dialects store the same types), and
+//! the decoding of the names they store into `core`'s enums.
+
+use cairn_core::event::{EventKind, Progress};
+use cairn_core::plan::TriggerRule;
+use cairn_core::state::StepStatus;
+use serde::de::DeserializeOwned;
+use serde::de::value::{Error as NameError, StrDeserializer};
+
+use crate::error::{StoreError, StoreResult};
+use crate::model::RunEvent;
+
+/// Reads a stored name (a status, an event kind, a policy) as the `core` enum whose serde names are the stored
+/// ones; a name the enum does not know is a [`StoreError::Corrupt`] naming `column`.
+pub(crate) fn name<T: DeserializeOwned>(column: &'static str, text: &str) -> StoreResult<T> {
+    T::deserialize(StrDeserializer::<NameError>::new(text)).map_err(|e| StoreError::corrupt(column, e))
+}
 
 use cairn_core::machine::RunCounters;
 
@@ -119,14 +135,50 @@ pub(crate) struct AttemptRow {
     pub action: String,
 }
 
-/// An event as stored.
+/// An event as stored: its payload is `data` (JSON text), or, for a [`Progress`] event, the columns `attempt`,
+/// `worker_id` and `available_at` with `data` NULL.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct EventRow {
     pub id: i64,
     pub step_id: Option<String>,
     pub kind: String,
-    pub data: String,
+    pub data: Option<String>,
+    pub attempt: Option<i64>,
+    pub worker_id: Option<String>,
+    pub available_at: Option<i64>,
     pub at: i64,
+}
+
+impl EventRow {
+    /// The event as the API shows it. A row whose payload is neither JSON text nor the columns its kind needs
+    /// is [`StoreError::Corrupt`].
+    pub(crate) fn into_event(self) -> StoreResult<RunEvent> {
+        let kind: EventKind = name("run_events.kind", &self.kind)?;
+        let data = match &self.data {
+            Some(text) => serde_json::from_str(text).map_err(|e| StoreError::corrupt("run_events.data", e))?,
+            None => self.progress(kind)?.to_json(),
+        };
+        Ok(RunEvent { id: self.id, step_id: self.step_id, kind, data, at_ms: self.at })
+    }
+
+    /// The payload of a `kind` event stored in columns.
+    fn progress(&self, kind: EventKind) -> StoreResult<Progress> {
+        let missing = |column: &'static str| StoreError::corrupt(column, format!("NULL in a {kind} event"));
+        let attempt = || -> StoreResult<u32> {
+            let attempt = self.attempt.ok_or_else(|| missing("run_events.attempt"))?;
+            u32::try_from(attempt).map_err(|e| StoreError::corrupt("run_events.attempt", e))
+        };
+        Ok(match kind {
+            EventKind::StepReady => Progress::Ready { available_at: self.available_at },
+            EventKind::StepStarted => Progress::Started {
+                attempt: attempt()?,
+                worker_id: self.worker_id.clone().ok_or_else(|| missing("run_events.worker_id"))?,
+            },
+            EventKind::StepSucceeded => Progress::Succeeded { attempt: attempt()? },
+            EventKind::RunSucceeded => Progress::RunSucceeded {},
+            _ => return Err(missing("run_events.data")),
+        })
+    }
 }
 
 /// One step to insert at submit.
@@ -135,10 +187,10 @@ pub(crate) struct StepInsert {
     pub step_id: String,
     pub position: i64,
     pub action: String,
-    pub status: &'static str,
+    pub status: StepStatus,
     pub args: String,
     pub when_expr: Option<String>,
-    pub trigger_rule: String,
+    pub trigger_rule: TriggerRule,
     pub idempotent: i64,
     pub timeout_ms: i64,
     pub heartbeat_timeout_ms: Option<i64>,
@@ -162,7 +214,7 @@ impl StepInsert {
     /// has passed; `None` for a step not inserted ready. The insert, its `step_ready` event and the
     /// submission's answer all use this value.
     pub(crate) fn ready_at(&self, now: i64) -> Option<i64> {
-        (self.status == "ready").then(|| self.not_before_at.unwrap_or(now).max(now))
+        (self.status == StepStatus::Ready).then(|| self.not_before_at.unwrap_or(now).max(now))
     }
 }
 
@@ -179,14 +231,42 @@ pub(crate) struct RunInsert<'a> {
     pub now: i64,
 }
 
-/// One event to append.
+/// One event to append: JSON text in `data`, or a [`Progress`] payload in its columns (see [`EventRow`]).
 #[derive(Debug, Clone)]
 pub(crate) struct EventInsert {
     pub run_id: String,
     pub step_id: Option<String>,
-    pub kind: &'static str,
-    pub data: String,
+    pub kind: EventKind,
+    pub data: Option<String>,
+    pub attempt: Option<i64>,
+    pub worker_id: Option<String>,
+    pub available_at: Option<i64>,
     pub at: i64,
+}
+
+impl EventInsert {
+    /// A progress event, its payload in columns.
+    pub(crate) fn progress(run_id: &str, step_id: Option<&str>, payload: Progress, at: i64) -> EventInsert {
+        let mut e = EventInsert {
+            run_id: run_id.into(),
+            step_id: step_id.map(str::to_owned),
+            kind: payload.kind(),
+            data: None,
+            attempt: None,
+            worker_id: None,
+            available_at: None,
+            at,
+        };
+        match payload {
+            Progress::Ready { available_at } => e.available_at = available_at,
+            Progress::Started { attempt, worker_id } => {
+                (e.attempt, e.worker_id) = (Some(attempt.into()), Some(worker_id))
+            }
+            Progress::Succeeded { attempt } => e.attempt = Some(attempt.into()),
+            Progress::RunSucceeded {} => {}
+        }
+        e
+    }
 }
 
 /// The failure columns of an attempt.

@@ -231,8 +231,7 @@ pub(crate) const ATTEMPTS_OF_RUN: &str = "SELECT step_id, attempt, worker_id, st
 
 /// Events of a run after a sequence number. Index: `run_events_pkey` on PostgreSQL, `run_events_run_idx` on
 /// SQLite.
-pub(crate) const EVENTS_OF_RUN: &str =
-    "SELECT id, step_id, kind, data, at FROM run_events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3 + 0";
+pub(crate) const EVENTS_OF_RUN: &str = "SELECT id, step_id, kind, data, attempt, worker_id, available_at, at FROM run_events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3 + 0";
 
 /// Number of step rows of a run (integrity check). Index: `steps` PK prefix.
 pub(crate) const STEP_ROWS: &str = "SELECT COUNT(*) FROM steps WHERE run_id = $1";

@@ -10,6 +10,7 @@
 //! value, so each new binding expires the statement and it is prepared again on every execution (about 75 µs of
 //! the claim's 165 µs here). `store/tests/store/sqlite_limits.rs` checks the rule.
 
+use cairn_core::event::Progress;
 use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
@@ -72,7 +73,7 @@ async fn steps_insert(
                 .push_bind(r.step_id.as_str())
                 .push_bind(r.position)
                 .push_bind(r.action.as_str())
-                .push_bind(r.status)
+                .push_bind(r.status.as_str())
                 .push_bind(r.args.as_str())
                 .push_bind(r.when_expr.as_deref())
                 .push_bind(r.trigger_rule.as_str())
@@ -96,16 +97,21 @@ async fn steps_insert(
     Ok(())
 }
 
-/// Appends events in the order given (their `id`s follow it): multi-row inserts of up to 5,000 rows (5 binds a
+/// Appends events in the order given (their `id`s follow it): multi-row inserts of up to 4,000 rows (8 binds a
 /// row, under SQLite's 32,766-parameter limit).
 async fn events_insert(tx: &mut Transaction<'_, Sqlite>, events: &[EventInsert]) -> StoreResult<()> {
-    for chunk in events.chunks(5000) {
-        let mut q = sqlx::QueryBuilder::<Sqlite>::new("INSERT INTO run_events (run_id, step_id, kind, data, at) ");
+    for chunk in events.chunks(4000) {
+        let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+            "INSERT INTO run_events (run_id, step_id, kind, data, attempt, worker_id, available_at, at) ",
+        );
         q.push_values(chunk, |mut b, e| {
             b.push_bind(e.run_id.as_str())
                 .push_bind(e.step_id.as_deref())
-                .push_bind(e.kind)
-                .push_bind(e.data.as_str())
+                .push_bind(e.kind.as_str())
+                .push_bind(e.data.as_deref())
+                .push_bind(e.attempt)
+                .push_bind(e.worker_id.as_deref())
+                .push_bind(e.available_at)
                 .push_bind(e.at);
         });
         q.build().execute(&mut **tx).await?;
@@ -169,8 +175,8 @@ impl DialectTx for Transaction<'_, Sqlite> {
         // The attempt rows were opened by the claim statement itself (trigger `steps_attempt_open`).
         for row in &rows {
             let attempt = u32::try_from(row.attempt).map_err(|e| StoreError::corrupt("steps.attempt", e))?;
-            let data = serde_json::json!({"attempt": attempt, "worker_id": req.worker_id});
-            events.push(crate::flow::event(&row.run_id, Some(&row.step_id), "step_started", data, req.now_ms));
+            let started = Progress::Started { attempt, worker_id: req.worker_id.clone() };
+            events.push(EventInsert::progress(&row.run_id, Some(&row.step_id), started, req.now_ms));
         }
         let mut seen = HashSet::new();
         let run_ids: Vec<&str> =

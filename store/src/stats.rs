@@ -6,8 +6,14 @@
 //! `steps` and `attempts` in full), which is fine for a scrape every few seconds over the retained history;
 //! the queue, lease and timer figures read only the partial indexes of ready and running steps.
 
+use std::fmt::Debug;
+
+use cairn_core::state::{AttemptStatus, RunStatus, StepStatus};
+use serde::de::DeserializeOwned;
+
 use crate::Store;
 use crate::error::StoreResult;
+use crate::rows::name;
 
 /// Runs by status. Index: `runs_status_created_idx` (index-only).
 const RUNS_BY_STATUS: &str = "SELECT status, COUNT(*) FROM runs GROUP BY status";
@@ -33,11 +39,11 @@ const ACTIVE_LEASES: &str = "SELECT COUNT(*) FROM steps WHERE status = 'running'
 const TIMERS_DUE: &str = "SELECT COUNT(*) FROM steps WHERE status = 'ready' AND available_at <= $1 \
      AND not_before_at IS NOT NULL AND not_before_at <= $1";
 
-/// A count for one label value (a status).
+/// A count for one label value (a run's or a step's status).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatusCount {
-    /// The status, as stored (`pending`, `running`, `succeeded`, …).
-    pub status: String,
+pub struct StatusCount<S> {
+    /// The status.
+    pub status: S,
     /// How many rows have it.
     pub count: i64,
 }
@@ -48,7 +54,7 @@ pub struct AttemptCount {
     /// Action name.
     pub action: String,
     /// Attempt status.
-    pub status: String,
+    pub status: AttemptStatus,
     /// How many attempts.
     pub count: i64,
 }
@@ -68,9 +74,9 @@ pub struct FailureCount {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreStats {
     /// Runs by status.
-    pub runs: Vec<StatusCount>,
+    pub runs: Vec<StatusCount<RunStatus>>,
     /// Steps by status.
-    pub steps: Vec<StatusCount>,
+    pub steps: Vec<StatusCount<StepStatus>>,
     /// Attempts by action and attempt status (monotonic while history is retained).
     pub attempts: Vec<AttemptCount>,
     /// Failed attempts by action and failure code (monotonic while history is retained).
@@ -104,7 +110,6 @@ impl Store {
     /// # Errors
     /// [`crate::StoreError::Database`] (retryable: scrape again).
     pub async fn stats(&self, now_ms: i64) -> StoreResult<StoreStats> {
-        let status = |(status, count): (String, i64)| StatusCount { status, count };
         let runs: Vec<(String, i64)> = fetch!(self, fetch_all, (String, i64), RUNS_BY_STATUS);
         let steps: Vec<(String, i64)> = fetch!(self, fetch_all, (String, i64), STEPS_BY_STATUS);
         let attempts: Vec<(String, String, i64)> = fetch!(self, fetch_all, (String, String, i64), ATTEMPTS_BY_ACTION);
@@ -114,12 +119,14 @@ impl Store {
         let (active_leases,): (i64,) = fetch!(self, fetch_one, (i64,), ACTIVE_LEASES, now_ms);
         let (timers_due,): (i64,) = fetch!(self, fetch_one, (i64,), TIMERS_DUE, now_ms);
         Ok(StoreStats {
-            runs: runs.into_iter().map(status).collect(),
-            steps: steps.into_iter().map(status).collect(),
+            runs: counts("runs.status", runs)?,
+            steps: counts("steps.status", steps)?,
             attempts: attempts
                 .into_iter()
-                .map(|(action, status, count)| AttemptCount { action, status, count })
-                .collect(),
+                .map(|(action, status, count)| {
+                    Ok(AttemptCount { action, status: name("attempts.status", &status)?, count })
+                })
+                .collect::<StoreResult<_>>()?,
             failures: failures.into_iter().map(|(action, code, count)| FailureCount { action, code, count }).collect(),
             queue_depth,
             oldest_ready_due_ms,
@@ -127,4 +134,12 @@ impl Store {
             timers_due,
         })
     }
+}
+
+/// Decodes `(status, count)` rows of `column`.
+fn counts<S: DeserializeOwned + Debug>(
+    column: &'static str,
+    rows: Vec<(String, i64)>,
+) -> StoreResult<Vec<StatusCount<S>>> {
+    rows.into_iter().map(|(status, count)| Ok(StatusCount { status: name(column, &status)?, count })).collect()
 }

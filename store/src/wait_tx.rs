@@ -5,6 +5,9 @@
 
 use std::future::Future;
 
+use cairn_core::event::EventKind;
+use cairn_core::schedule::TickOutcome;
+
 use crate::error::StoreResult;
 use crate::tx::StepTx;
 
@@ -40,10 +43,10 @@ pub(crate) const APPROVAL_DECIDE: &str = "UPDATE steps SET status = $3, availabl
      AND ((CAST($8 AS BIGINT) = 1 AND (available_at IS NULL OR available_at > $7)) \
        OR (CAST($8 AS BIGINT) = 0 AND available_at <= $7))";
 
-/// Whether a step's approval timed out (its history says so). Index: its run's prefix of `run_events_pkey`
+/// Whether a step's approval timed out (its history holds an event of kind `$3`, `step_approval_timed_out`). Index: its run's prefix of `run_events_pkey`
 /// (PostgreSQL) or of `run_events_run_idx` (SQLite).
 pub(crate) const APPROVAL_TIMED_OUT: &str = "SELECT COUNT(*) FROM run_events WHERE run_id = $1 AND step_id = $2 \
-     AND kind = 'step_approval_timed_out'";
+     AND kind = $3";
 
 /// Store an external event, with the caller's dedupe id if any. Index: PK, `events_in_dedupe_idx`.
 pub(crate) const EVENT_INSERT: &str =
@@ -121,7 +124,7 @@ pub(crate) struct TickInsert<'a> {
     pub schedule_id: &'a str,
     pub fire_at: i64,
     pub run_id: Option<&'a str>,
-    pub outcome: &'static str,
+    pub outcome: TickOutcome,
     pub detail: Option<&'a str>,
 }
 
@@ -236,7 +239,7 @@ macro_rules! impl_wait_tx {
                     .bind(t.schedule_id)
                     .bind(t.fire_at)
                     .bind(t.run_id)
-                    .bind(t.outcome)
+                    .bind(t.outcome.as_str())
                     .bind(t.detail)
                     .bind(now)
                     .execute(&mut **self)
@@ -279,6 +282,7 @@ macro_rules! impl_wait_tx {
                 let n = sqlx::query_scalar::<$db, i64>(APPROVAL_TIMED_OUT)
                     .bind(run_id)
                     .bind(step_id)
+                    .bind(EventKind::StepApprovalTimedOut.as_str())
                     .fetch_one(&mut **self)
                     .await?;
                 Ok(n > 0)

@@ -3,7 +3,8 @@
 //! `flow::approval`, `flow::event_wait`); reads and schedule definitions are single statements, the same SQL on
 //! both backends. Times are epoch milliseconds, named `*_ms`.
 
-use cairn_core::schedule::Overlap;
+use cairn_core::plan::ApprovalTimeout;
+use cairn_core::schedule::{Misfire, Overlap, TickOutcome};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -12,6 +13,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::conflict_pause;
 use crate::flow::finish::ReportLimits;
 use crate::model::NewRun;
+use crate::rows::name;
 use crate::wait_tx::EventInRow;
 use crate::{Store, flow, tx};
 
@@ -75,10 +77,10 @@ pub struct NewSchedule {
     pub plan: Value,
     /// Run input; `None`: the plan's input.
     pub input: Option<Value>,
-    /// `skip`, `allow` or `cancel_previous`.
-    pub overlap: String,
-    /// `fire_once`, `skip` or `catch_up`.
-    pub misfire: String,
+    /// Overlap policy.
+    pub overlap: Overlap,
+    /// Misfire policy.
+    pub misfire: Misfire,
     /// Most runs for missed ticks under `catch_up`.
     pub catch_up_max: i64,
     /// Created paused.
@@ -103,9 +105,9 @@ pub struct ScheduleRecord {
     /// Run input, when set.
     pub input: Option<Value>,
     /// Overlap policy.
-    pub overlap: String,
+    pub overlap: Overlap,
     /// Misfire policy.
-    pub misfire: String,
+    pub misfire: Misfire,
     /// Most catch-up runs.
     pub catch_up_max: i64,
     /// Paused.
@@ -129,8 +131,8 @@ pub struct ScheduleTick {
     pub fire_at_ms: i64,
     /// The run started, if any.
     pub run_id: Option<String>,
-    /// `started`, `skipped_overlap` or `invalid_plan`.
-    pub outcome: String,
+    /// What the tick did.
+    pub outcome: TickOutcome,
     /// Why no run was started.
     pub detail: Option<Value>,
     /// When the tick was handled.
@@ -191,8 +193,8 @@ pub struct PendingApproval {
     pub waiting_since_ms: i64,
     /// Decision deadline (`approval.timeout_ms` after it started waiting), if any.
     pub deadline_ms: Option<i64>,
-    /// What the deadline does: `fail`, `skip` or `proceed`.
-    pub on_timeout: Option<String>,
+    /// What the deadline does, when there is one.
+    pub on_timeout: Option<ApprovalTimeout>,
     /// The approval settings as declared.
     pub approval: Option<Value>,
 }
@@ -269,8 +271,8 @@ fn record(r: ScheduleRow) -> StoreResult<ScheduleRecord> {
         id: r.id,
         cron: r.cron,
         timezone: r.timezone,
-        overlap: r.overlap,
-        misfire: r.misfire,
+        overlap: name("schedules.overlap", &r.overlap)?,
+        misfire: name("schedules.misfire", &r.misfire)?,
         catch_up_max: r.catch_up_max,
         paused: r.paused != 0,
         next_fire_at_ms: r.next_fire_at,
@@ -290,7 +292,7 @@ impl Store {
         let input = s.input.as_ref().map(Value::to_string);
         let done = on_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_INSERT)
             .bind(&s.id).bind(&s.cron).bind(&s.timezone).bind(s.plan.to_string()).bind(input)
-            .bind(&s.overlap).bind(&s.misfire).bind(s.catch_up_max).bind(i64::from(s.paused))
+            .bind(s.overlap.as_str()).bind(s.misfire.as_str()).bind(s.catch_up_max).bind(i64::from(s.paused))
             .bind(s.next_fire_at_ms).bind(s.now_ms).execute(pool).await?.rows_affected());
         Ok(done == 1)
     }
@@ -303,7 +305,7 @@ impl Store {
         let input = s.input.as_ref().map(Value::to_string);
         let done = on_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_UPDATE)
             .bind(&s.id).bind(&s.cron).bind(&s.timezone).bind(s.plan.to_string()).bind(input)
-            .bind(&s.overlap).bind(&s.misfire).bind(s.catch_up_max).bind(s.next_fire_at_ms).bind(s.now_ms)
+            .bind(s.overlap.as_str()).bind(s.misfire.as_str()).bind(s.catch_up_max).bind(s.next_fire_at_ms).bind(s.now_ms)
             .execute(pool).await?.rows_affected());
         Ok(done == 1)
     }
@@ -381,7 +383,7 @@ impl Store {
                 Ok(ScheduleTick {
                     fire_at_ms: fire_at,
                     run_id,
-                    outcome,
+                    outcome: name("schedule_ticks.outcome", &outcome)?,
                     detail: detail.as_deref().map(|d| json_of("schedule_ticks.detail", d)).transpose()?,
                     created_at_ms: created_at,
                 })
@@ -408,10 +410,13 @@ impl Store {
         rows.into_iter()
             .map(|(run_id, step_id, action, approval, deadline, since)| {
                 let approval = approval.as_deref().map(|a| json_of("steps.approval", a)).transpose()?;
-                let on_timeout = approval
-                    .as_ref()
-                    .filter(|_| deadline.is_some())
-                    .map(|a| a.get("on_timeout").and_then(Value::as_str).unwrap_or("fail").to_owned());
+                let on_timeout = match approval.as_ref().filter(|_| deadline.is_some()) {
+                    None => None,
+                    Some(a) => Some(match a.get("on_timeout").and_then(Value::as_str) {
+                        Some(text) => name("steps.approval", text)?,
+                        None => ApprovalTimeout::default(),
+                    }),
+                };
                 Ok(PendingApproval {
                     run_id,
                     step_id,

@@ -164,7 +164,7 @@ impl TestApp {
 
     /// The status of one step.
     pub async fn status(&self, run_id: &str, step_id: &str) -> String {
-        self.step(run_id, step_id).await.status
+        self.step(run_id, step_id).await.status.to_string()
     }
 
     /// One reaper pass.

@@ -105,7 +105,9 @@ fn live(state: AppState, run_id: String, after: i64) -> impl Stream<Item = Resul
                     pending = batch
                         .iter()
                         .rev()
-                        .map(|e| Event::default().id(e.id.to_string()).event(e.kind.clone()).data(json!(e).to_string()))
+                        .map(|e| {
+                            Event::default().id(e.id.to_string()).event(e.kind.as_str()).data(json!(e).to_string())
+                        })
                         .collect();
                 }
                 Ok(_) if finished => done = true,

@@ -70,19 +70,20 @@ pub(super) struct ListQuery {
 pub(super) async fn list(State(state): State<AppState>, Query(q): Query<ListQuery>) -> Result<Response, ApiError> {
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
     let offset = q.offset.unwrap_or(0).max(0);
-    if let Some(status) = q.status.as_deref()
-        && status.parse::<cairn_core::state::RunStatus>().is_err()
-    {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            format!(
-                "unknown run status `{}`: use pending, running, succeeded, failed or cancelled",
-                status.escape_debug()
-            ),
-        ));
-    }
-    let runs = state.engine.store().runs(q.status.as_deref(), limit, offset).await?;
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(name) => Some(name.parse::<cairn_core::state::RunStatus>().map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!(
+                    "unknown run status `{}`: use pending, running, succeeded, failed or cancelled",
+                    name.escape_debug()
+                ),
+            )
+        })?),
+    };
+    let runs = state.engine.store().runs(status, limit, offset).await?;
     Ok(Json(json!({"runs": runs, "limit": limit, "offset": offset})).into_response())
 }
 

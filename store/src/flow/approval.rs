@@ -6,6 +6,7 @@
 //! decision is refused as timed out. Both paths use one conditional update fenced on the status and on which
 //! side of the deadline `now` is, so a decision and a timeout never both apply.
 
+use cairn_core::event::{EventKind, Progress};
 use cairn_core::machine::{ApprovalEnd, Decision, StepRules, after_approval};
 use cairn_core::plan::{Approval, TriggerRule};
 use serde_json::{Value, json};
@@ -69,7 +70,7 @@ pub(crate) async fn decide<T: WaitTx>(
     let decision = after_approval(&rules(&row, approval.as_ref()), &end, now);
     let (status, available_at, error) = written(&decision)?;
     let error = error.as_deref();
-    let kind = if approve { "step_approved" } else { "step_rejected" };
+    let kind = if approve { EventKind::StepApproved } else { EventKind::StepRejected };
     let d = ApprovalDecide { run_id, step_id, status, available_at, error, before_deadline: true };
     if !tx.approval_decide(&d, now).await? {
         return Ok(ApprovalOutcome::WrongState);
@@ -122,13 +123,17 @@ async fn expire<T: WaitTx>(
     }
     let on_timeout_name = serde_json::to_value(on_timeout).unwrap_or(Value::Null);
     let data = json!({"on_timeout": on_timeout_name, "deadline": row.available_at, "outcome": status});
-    events.push(event(&row.run_id, Some(&row.step_id), "step_approval_timed_out", data, now));
-    let (kind, data) = match &decision {
-        Decision::Failed(f) => ("step_failed", json!({"code": f.code, "message": f.message})),
-        Decision::Skipped(reason) => ("step_skipped", json!({"reason": reason.as_str()})),
-        _ => ("step_ready", json!({"available_at": available_at})),
-    };
-    events.push(event(&row.run_id, Some(&row.step_id), kind, data, now));
+    events.push(event(&row.run_id, Some(&row.step_id), EventKind::StepApprovalTimedOut, data, now));
+    let step = Some(row.step_id.as_str());
+    events.push(match &decision {
+        Decision::Failed(f) => {
+            event(&row.run_id, step, EventKind::StepFailed, json!({"code": f.code, "message": f.message}), now)
+        }
+        Decision::Skipped(reason) => {
+            event(&row.run_id, step, EventKind::StepSkipped, json!({"reason": reason.as_str()}), now)
+        }
+        _ => EventInsert::progress(&row.run_id, step, Progress::Ready { available_at }, now),
+    });
     if let Some(to) = decision.status().filter(|s| s.is_final()) {
         after_final(tx, &row.run_id, vec![Finished::new(row.step_id.clone(), to)], now, events).await?;
     }

@@ -9,9 +9,8 @@
 //! is the ordinary claim statement (`FOR UPDATE SKIP LOCKED` / `UPDATE … RETURNING`), so a step handed off can
 //! never also be claimed by a poller, and a chain step costs one commit instead of two (complete, then claim).
 
+use cairn_core::event::EventKind;
 use std::collections::{HashMap, HashSet};
-
-use serde_json::Value;
 
 use super::settle::{Finished, close_runs, release};
 use super::{claim, finish, submit};
@@ -141,13 +140,8 @@ async fn claim_all<T: DialectTx>(
 fn due_now(events: &[EventInsert], now: i64) -> HashSet<(String, String)> {
     events
         .iter()
-        .filter(|e| e.kind == "step_ready")
-        .filter(|e| {
-            serde_json::from_str::<Value>(&e.data)
-                .ok()
-                .and_then(|d| d.get("available_at").and_then(Value::as_i64))
-                .is_some_and(|at| at <= now)
-        })
+        .filter(|e| e.kind == EventKind::StepReady)
+        .filter(|e| e.available_at.is_some_and(|at| at <= now))
         .filter_map(|e| Some((e.run_id.clone(), e.step_id.clone()?)))
         .collect()
 }

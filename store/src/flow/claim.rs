@@ -5,6 +5,7 @@
 //! attempt row and a `step_started` event, and its args are resolved from persisted outputs. A step whose args
 //! cannot be resolved fails right there with `placeholder_unresolved` (not retried) and is not handed out.
 
+use cairn_core::event::EventKind;
 use std::collections::{HashMap, HashSet};
 
 use cairn_core::failure::{Failure, codes};
@@ -158,7 +159,7 @@ pub(crate) async fn unclaim<T: DialectTx>(
         if tx.step_unclaim(lease, now).await? {
             tx.attempt_delete(lease).await?;
             let data = json!({"attempt": lease.attempt, "reason": reason});
-            events.push(event(&lease.run_id, Some(&lease.step_id), "step_unclaimed", data, now));
+            events.push(event(&lease.run_id, Some(&lease.step_id), EventKind::StepUnclaimed, data, now));
             undone += 1;
         }
     }

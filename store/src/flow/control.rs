@@ -1,5 +1,6 @@
 //! Cancellation, operator decisions, approvals and the lease reaper.
 
+use cairn_core::event::EventKind;
 use cairn_core::failure::{Failure, codes};
 use cairn_core::machine::{ApprovalEnd, OperatorAction, OperatorRule};
 use cairn_core::state::StepStatus;
@@ -28,10 +29,10 @@ pub(crate) async fn cancel_run<T: StepTx>(
         return Ok(false);
     }
     for (step_id, attempt) in tx.steps_cancel(run_id, now).await? {
-        events.push(event(run_id, Some(&step_id), "step_cancelled", json!({"attempt": attempt}), now));
+        events.push(event(run_id, Some(&step_id), EventKind::StepCancelled, json!({"attempt": attempt}), now));
     }
     tx.attempts_cancel(run_id, now).await?;
-    events.push(event(run_id, None, "run_cancelled", json!({}), now));
+    events.push(event(run_id, None, EventKind::RunCancelled, json!({}), now));
     Ok(true)
 }
 
@@ -55,9 +56,9 @@ pub(crate) async fn operate<T: StepTx + WaitTx>(
         OperatorRule::Parked { to } => to,
     };
     let kind = match to {
-        StepStatus::Ready => "operator_retry",
-        StepStatus::Skipped => "operator_skip",
-        _ => "operator_fail",
+        StepStatus::Ready => EventKind::OperatorRetry,
+        StepStatus::Skipped => EventKind::OperatorSkip,
+        _ => EventKind::OperatorFail,
     };
     // Ready now, or at the step's `not_before` timer if that is later (applied in `STEP_OPERATOR`).
     let available_at = (to == StepStatus::Ready).then_some(now);

@@ -11,6 +11,7 @@
 //! Delivery and start take a per-name lock ([`WaitTx::lock_event_name`]) before reading, so an event committed
 //! while a wait starts is seen by one of the two.
 
+use cairn_core::event::EventKind;
 use std::collections::HashSet;
 
 use cairn_core::event_wait::{self, EventFilter, WaitArgs, WaitTimeout};
@@ -76,7 +77,7 @@ async fn deliver_to<T: DialectTx + WaitTx>(
     let report = complete(tx, lease, payload, limits, now, events).await?;
     if report != Report::Stale {
         let data = json!({"event_id": e.id, "name": e.name, "key": e.key, "received_at": e.received_at});
-        events.push(event(&lease.run_id, Some(&lease.step_id), "step_event_received", data, now));
+        events.push(event(&lease.run_id, Some(&lease.step_id), EventKind::StepEventReceived, data, now));
     }
     Ok(report)
 }
@@ -147,7 +148,7 @@ pub(crate) async fn start<T: DialectTx + WaitTx>(
         };
         tx.wait_insert(&row, now).await?;
         let data = json!({"name": args.name, "key": args.key, "since": since, "deadline": deadline});
-        events.push(event(&c.lease.run_id, Some(&c.lease.step_id), "step_waiting_event", data, now));
+        events.push(event(&c.lease.run_id, Some(&c.lease.step_id), EventKind::StepWaitingEvent, data, now));
     }
     Ok(count)
 }
@@ -218,7 +219,7 @@ pub(crate) async fn expire<T: DialectTx + WaitTx>(
         };
         tx.wait_delete(&w.run_id, &w.step_id, w.attempt).await?;
         if report != Report::Stale {
-            events.push(event(&w.run_id, Some(&w.step_id), "step_event_timed_out", data, now));
+            events.push(event(&w.run_id, Some(&w.step_id), EventKind::StepEventTimedOut, data, now));
             ended += 1;
         }
     }
@@ -248,7 +249,7 @@ async fn skip<T: WaitTx>(
     };
     tx.attempt_close(lease, &close, now).await?;
     let data = json!({"reason": "the event wait timed out (on_timeout: skip)"});
-    events.push(event(&lease.run_id, Some(&lease.step_id), "step_skipped", data, now));
+    events.push(event(&lease.run_id, Some(&lease.step_id), EventKind::StepSkipped, data, now));
     after_final(tx, &lease.run_id, vec![Finished::new(lease.step_id.clone(), StepStatus::Skipped)], now, events)
         .await?;
     Ok(Report::Succeeded)

@@ -3,6 +3,7 @@
 //! Every report is fenced: the step must still be `running` with the same attempt number, and held by the same
 //! worker. A replayed, late or foreign report finds nothing to update and changes nothing ([`Report::Stale`]).
 
+use cairn_core::event::{EventKind, Progress};
 use cairn_core::failure::{Failure, FailureRecord, codes};
 use cairn_core::machine::{AfterFailure, FailedAttempt, after_failure};
 use cairn_core::retry::RetryPolicy;
@@ -78,7 +79,8 @@ pub(crate) async fn complete<T: DialectTx>(
 /// Records the `step_succeeded` event of a step whose row and attempt were just marked succeeded, and returns it
 /// for the cascade (with its number of dependents, so a leaf skips the release).
 pub(crate) fn succeeded(lease: &Lease, child_count: i64, now: i64, events: &mut Vec<EventInsert>) -> Finished {
-    events.push(event(&lease.run_id, Some(&lease.step_id), "step_succeeded", json!({"attempt": lease.attempt}), now));
+    let succeeded = Progress::Succeeded { attempt: lease.attempt };
+    events.push(EventInsert::progress(&lease.run_id, Some(&lease.step_id), succeeded, now));
     Finished { step_id: lease.step_id.clone(), status: StepStatus::Succeeded, children: Some(child_count) }
 }
 
@@ -140,21 +142,21 @@ async fn fail_row<T: StepTx>(
             }
             let mut data = data;
             data["next_attempt_at"] = json!(at);
-            events.push(event(&lease.run_id, Some(&lease.step_id), "step_retry_scheduled", data, now));
+            events.push(event(&lease.run_id, Some(&lease.step_id), EventKind::StepRetryScheduled, data, now));
             Report::RetryScheduled
         }
         AfterFailure::Fail => {
             if !tx.step_finish(lease, "failed", None, Some(&record_text), now).await? {
                 return Ok(Report::Stale);
             }
-            events.push(event(&lease.run_id, Some(&lease.step_id), "step_failed", data, now));
+            events.push(event(&lease.run_id, Some(&lease.step_id), EventKind::StepFailed, data, now));
             Report::Failed
         }
         AfterFailure::OutcomeUnknown => {
             if !tx.step_finish(lease, "outcome_unknown", None, Some(&record_text), now).await? {
                 return Ok(Report::Stale);
             }
-            events.push(event(&lease.run_id, Some(&lease.step_id), "step_outcome_unknown", data, now));
+            events.push(event(&lease.run_id, Some(&lease.step_id), EventKind::StepOutcomeUnknown, data, now));
             Report::OutcomeUnknown
         }
     };

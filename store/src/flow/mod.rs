@@ -21,17 +21,31 @@ pub(crate) mod schedule;
 pub(crate) mod settle;
 pub(crate) mod submit;
 
+use cairn_core::event::{EventKind, Progress};
+
 use crate::rows::EventInsert;
 
-/// Builds an event row.
+/// Builds an event row whose payload is JSON text. The progress events (`step_ready`, `step_started`,
+/// `step_succeeded`, `run_succeeded`) are built with [`EventInsert::progress`] instead, so that every path, SQL
+/// included, stores them alike.
 pub(crate) fn event(
     run_id: &str,
     step_id: Option<&str>,
-    kind: &'static str,
+    kind: EventKind,
     data: serde_json::Value,
     at: i64,
 ) -> EventInsert {
-    EventInsert { run_id: run_id.into(), step_id: step_id.map(str::to_owned), kind, data: data.to_string(), at }
+    debug_assert!(!Progress::KINDS.contains(&kind), "{kind} events are built with EventInsert::progress");
+    EventInsert {
+        run_id: run_id.into(),
+        step_id: step_id.map(str::to_owned),
+        kind,
+        data: Some(data.to_string()),
+        attempt: None,
+        worker_id: None,
+        available_at: None,
+        at,
+    }
 }
 
 /// RFC 3339 text of a millisecond timestamp, for failure records.

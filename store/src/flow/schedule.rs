@@ -7,7 +7,7 @@
 //! alone. The overlap policy is applied against the schedule's runs still open at that point, including runs
 //! started earlier in the same pass.
 
-use cairn_core::schedule::Overlap;
+use cairn_core::schedule::{Overlap, TickOutcome};
 use serde_json::json;
 
 use super::control::cancel_run;
@@ -35,7 +35,7 @@ pub(crate) async fn fire<T: WaitTx>(
             schedule_id: &f.schedule_id,
             fire_at: tick.fire_at_ms,
             run_id: None,
-            outcome: "invalid_plan",
+            outcome: TickOutcome::InvalidPlan,
             detail: None,
         };
         let run = match &tick.run {
@@ -51,7 +51,7 @@ pub(crate) async fn fire<T: WaitTx>(
             match f.overlap {
                 Overlap::Skip => {
                     let detail = json!({"open_runs": open}).to_string();
-                    let skipped = TickInsert { outcome: "skipped_overlap", detail: Some(&detail), ..base };
+                    let skipped = TickInsert { outcome: TickOutcome::SkippedOverlap, detail: Some(&detail), ..base };
                     tx.tick_insert(&skipped, now).await?;
                     out.skipped.push(tick.fire_at_ms);
                     continue;
@@ -66,7 +66,7 @@ pub(crate) async fn fire<T: WaitTx>(
                 }
             }
         }
-        let started = TickInsert { run_id: Some(&run.run_id), outcome: "started", ..base };
+        let started = TickInsert { run_id: Some(&run.run_id), outcome: TickOutcome::Started, ..base };
         if !tx.tick_insert(&started, now).await? {
             continue; // this nominal instant already has its row: never a second run
         }

@@ -9,6 +9,7 @@
 use std::collections::{HashMap, HashSet};
 
 use cairn_core::condition::{Condition, ConditionScope};
+use cairn_core::event::{EventKind, Progress};
 use cairn_core::machine::{self, Decision, Next, RunCounters, StepRules, StepsClosed, run_end};
 use cairn_core::plan::{Approval, TriggerRule};
 use cairn_core::state::{RunStatus, StepStatus};
@@ -52,7 +53,8 @@ pub(crate) async fn decide<T: StepTx>(
     for c in candidates {
         if c.status == "ready" {
             // Decided by the release statement itself (see `StepTx::children_release`).
-            events.push(event(run_id, Some(&c.step_id), "step_ready", json!({"available_at": c.available_at}), now));
+            let ready = Progress::Ready { available_at: c.available_at };
+            events.push(EventInsert::progress(run_id, Some(&c.step_id), ready, now));
             continue;
         }
         let statuses = match (c.dep_count, parent) {
@@ -99,26 +101,31 @@ async fn apply<T: StepTx>(
     events: &mut Vec<EventInsert>,
     finals: &mut Vec<Finished>,
 ) -> StoreResult<()> {
-    let (status, available_at, error, data) = match &decision {
+    let step = Some(step_id);
+    let (status, available_at, error, recorded) = match &decision {
         Decision::Wait => return Ok(()),
-        Decision::Ready { available_at } => ("ready", Some(*available_at), None, json!({"available_at": available_at})),
-        Decision::WaitingApproval { deadline } => ("waiting_approval", *deadline, None, json!({"deadline": deadline})),
-        Decision::Skipped(reason) => ("skipped", None, None, json!({"reason": reason.as_str()})),
+        Decision::Ready { available_at } => {
+            let ready = Progress::Ready { available_at: Some(*available_at) };
+            ("ready", Some(*available_at), None, EventInsert::progress(run_id, step, ready, now))
+        }
+        Decision::WaitingApproval { deadline } => {
+            let data = json!({"deadline": deadline});
+            ("waiting_approval", *deadline, None, event(run_id, step, EventKind::StepWaitingApproval, data, now))
+        }
+        Decision::Skipped(reason) => {
+            let data = json!({"reason": reason.as_str()});
+            ("skipped", None, None, event(run_id, step, EventKind::StepSkipped, data, now))
+        }
         Decision::Failed(f) => {
             let record = json!({"code": f.code, "message": f.message, "retryable": false, "suggestion": "replan"});
-            ("failed", None, Some(record.to_string()), record)
+            let text = record.to_string();
+            ("failed", None, Some(text), event(run_id, step, EventKind::StepFailed, record, now))
         }
     };
     let is_final = decision.is_final();
     let finished_at = is_final.then_some(now);
     if tx.step_decide(run_id, step_id, status, available_at, error.as_deref(), finished_at, now).await? {
-        let kind = match status {
-            "ready" => "step_ready",
-            "waiting_approval" => "step_waiting_approval",
-            "skipped" => "step_skipped",
-            _ => "step_failed",
-        };
-        events.push(event(run_id, Some(step_id), kind, data, now));
+        events.push(recorded);
         if is_final {
             let status = if status == "skipped" { StepStatus::Skipped } else { StepStatus::Failed };
             finals.push(Finished::new(step_id, status));
@@ -279,7 +286,7 @@ async fn finish_if_done<T: StepTx>(
         None => Ok(()),
         Some(RunStatus::Succeeded) => {
             if tx.run_finish(run_id, RunStatus::Succeeded.as_str(), None, now).await? {
-                events.push(event(run_id, None, "run_succeeded", json!({}), now));
+                events.push(EventInsert::progress(run_id, None, Progress::RunSucceeded {}, now));
             }
             Ok(())
         }
@@ -313,7 +320,7 @@ async fn finish_failed<T: StepTx>(
     };
     let failure_text = failure.to_string();
     if tx.run_finish(run_id, RunStatus::Failed.as_str(), Some(&failure_text), now).await? {
-        events.push(event(run_id, None, "run_failed", failure, now));
+        events.push(event(run_id, None, EventKind::RunFailed, failure, now));
     }
     Ok(())
 }
@@ -355,7 +362,7 @@ pub(crate) async fn close_runs<T: StepTx + RunsTx>(
     }
     let succeeded: HashSet<String> = tx.runs_succeed(&succeeding, now).await?.into_iter().collect();
     for run_id in succeeding.into_iter().filter(|id| succeeded.contains(*id)) {
-        events.push(event(run_id, None, "run_succeeded", json!({}), now));
+        events.push(EventInsert::progress(run_id, None, Progress::RunSucceeded {}, now));
     }
     Ok(())
 }

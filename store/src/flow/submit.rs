@@ -9,9 +9,11 @@
 //! also returns it as a [`RunDetail`] built from them: the submission's answer then needs no read-back
 //! transaction (measured on PostgreSQL: the read-back was about a third of a single-step run's statements).
 
+use cairn_core::event::{EventKind, Progress};
 use std::collections::HashMap;
 
 use cairn_core::machine::{self, StepRules};
+use cairn_core::state::{RunStatus, StepStatus};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -113,7 +115,7 @@ impl Rows {
         // holds): inserted as ready, it needs no decision statement, which keeps a 10,000-step submission to a
         // few statements.
         for r in steps.iter_mut().filter(|r| r.dep_count == 0 && r.starts_itself == 1) {
-            r.status = "ready";
+            r.status = StepStatus::Ready;
         }
         Ok(Rows { plan_id: plan_id(&body), body, input: run.input.to_string(), context, steps, edges: edges(run) })
     }
@@ -163,23 +165,24 @@ async fn inserted<T: StepTx>(
 ) -> StoreResult<(CreateOutcome, Option<RunDetail>)> {
     let now = run.now_ms;
     let steps = i64::try_from(run.plan.steps.len()).unwrap_or(i64::MAX);
-    events.push(event(&run.run_id, None, "run_created", json!({"plan_id": rows.plan_id, "steps": steps}), now));
+    events.push(event(&run.run_id, None, EventKind::RunCreated, json!({"plan_id": rows.plan_id, "steps": steps}), now));
     for (r, available_at) in rows.steps.iter().filter_map(|r| r.ready_at(now).map(|at| (r, at))) {
-        events.push(event(&run.run_id, Some(&r.step_id), "step_ready", json!({"available_at": available_at}), now));
+        let ready = Progress::Ready { available_at: Some(available_at) };
+        events.push(EventInsert::progress(&run.run_id, Some(&r.step_id), ready, now));
     }
     let roots: Vec<ChildRow> = rows
         .steps
         .iter()
-        .filter(|r| r.dep_count == 0 && r.status == "pending")
+        .filter(|r| r.dep_count == 0 && r.status == StepStatus::Pending)
         .map(|r| ChildRow {
             step_id: r.step_id.clone(),
             dep_count: 0,
             pending_deps: 0,
-            trigger_rule: r.trigger_rule.clone(),
+            trigger_rule: r.trigger_rule.as_str().to_owned(),
             when_expr: r.when_expr.clone(),
             approval: r.approval.clone(),
             not_before_at: r.not_before_at,
-            status: r.status.to_owned(),
+            status: r.status.as_str().to_owned(),
             available_at: None,
         })
         .collect();
@@ -206,7 +209,7 @@ fn inserted_detail(run: &NewRun, plan_id: String, rows: &[StepInsert]) -> RunDet
         .map(|r| StepSummary {
             id: r.step_id.clone(),
             action: r.action.clone(),
-            status: r.status.to_owned(),
+            status: r.status,
             attempts: 0,
             output: None,
             error: None,
@@ -219,7 +222,7 @@ fn inserted_detail(run: &NewRun, plan_id: String, rows: &[StepInsert]) -> RunDet
     RunDetail {
         run: RunSummary {
             id: run.run_id.clone(),
-            status: "pending".to_owned(),
+            status: RunStatus::Pending,
             plan_id,
             step_count,
             open_steps: step_count,
@@ -249,10 +252,10 @@ fn step_rows(run: &NewRun) -> StoreResult<Vec<StepInsert>> {
             step_id: step.id.clone(),
             position: i64::try_from(i).unwrap_or(i64::MAX),
             action: step.action.clone(),
-            status: "pending",
+            status: StepStatus::Pending,
             args: step.args.to_string(),
             when_expr: step.when.clone(),
-            trigger_rule: step.effective_trigger_rule_name(),
+            trigger_rule: step.effective_trigger_rule(),
             idempotent: i64::from(step.idempotent.unwrap_or(false)),
             timeout_ms: i64::try_from(step.effective_timeout_ms()).unwrap_or(i64::MAX),
             heartbeat_timeout_ms: step.heartbeat_timeout_ms.and_then(|ms| i64::try_from(ms).ok()),

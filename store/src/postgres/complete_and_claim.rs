@@ -226,7 +226,7 @@ mod tests {
         assert_eq!((row.step_id.as_str(), row.attempt, row.deadline_at), ("b", 1, T0 + 1 + 20_000));
         assert_eq!(row.child_count, Some(0), "the call says b is a leaf, so its completion can take the leaf call");
         let statuses: Vec<(String, String)> =
-            store.steps("r1").await.expect("steps").into_iter().map(|s| (s.id, s.status)).collect();
+            store.steps("r1").await.expect("steps").into_iter().map(|s| (s.id, s.status.to_string())).collect();
         assert_eq!(statuses, [("a".into(), "succeeded".into()), ("b".into(), "running".into())]);
         assert_eq!(run_open_steps(&store).await, 1, "a is counted against the run, b keeps it open");
     }

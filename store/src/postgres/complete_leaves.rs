@@ -305,7 +305,7 @@ mod tests {
         assert_eq!(claimed, ["c"]);
         assert!(outcome.claimed[0][0].completion.is_leaf());
         let statuses: Vec<(String, String)> =
-            store.steps("r1").await.expect("steps").into_iter().map(|s| (s.id, s.status)).collect();
+            store.steps("r1").await.expect("steps").into_iter().map(|s| (s.id, s.status.to_string())).collect();
         assert_eq!(statuses, [("a".into(), "succeeded".into()), ("b".into(), "running".into())]);
         assert_eq!(store.run("r1").await.expect("run").expect("exists").open_steps, 1, "b keeps r1 open");
     }

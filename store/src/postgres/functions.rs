@@ -41,7 +41,38 @@ pub(crate) async fn define(pool: &PgPool) -> StoreResult<()> {
 
 #[cfg(test)]
 mod tests {
+    use cairn_core::event::EventKind;
+
     use super::FUNCTIONS;
+
+    /// The quoted literals of a SQL text outside `--` comments (which may hold apostrophes).
+    fn literals(text: &str) -> Vec<&str> {
+        let code: Vec<&str> = text.lines().map(|line| line.split("--").next().unwrap_or_default()).collect();
+        let mut found = Vec::new();
+        for line in code {
+            found.extend(line.split('\'').skip(1).step_by(2));
+        }
+        found
+    }
+
+    /// A PL/pgSQL function is the one place that spells an event kind itself; every kind it spells must be
+    /// `EventKind`'s, so the two cannot drift apart.
+    #[test]
+    fn every_event_kind_a_function_writes_is_an_event_kind() {
+        let mut kinds = Vec::new();
+        for (name, text) in FUNCTIONS {
+            for literal in literals(text) {
+                let named_like_a_kind = ["run_", "step_", "operator_"].iter().any(|p| literal.starts_with(p))
+                    && literal.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+                if named_like_a_kind {
+                    let kind = serde_json::from_value::<EventKind>(serde_json::json!(literal));
+                    assert!(kind.is_ok(), "{name}.sql writes event kind `{literal}`, which EventKind does not name");
+                    kinds.push(literal);
+                }
+            }
+        }
+        assert!(kinds.contains(&"step_started"), "the scan finds the kinds the functions write: {kinds:?}");
+    }
 
     #[test]
     fn each_file_defines_the_function_it_is_named_for_and_nothing_else() {

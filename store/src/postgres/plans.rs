@@ -91,9 +91,10 @@ const STALE_RUNNING: [&str; 6] = [
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: PostgreSQL tests skipped")]
 async fn the_claims_generic_plan_starts_runs_by_key_whatever_the_statistics_say(pool: PgPool) {
     let setup = [STALE_RUNS[0], STALE_RUNS[1], "ANALYZE runs", "ANALYZE steps", "UPDATE runs SET status = 'pending'"];
-    let prepare =
-        format!("PREPARE claim(text, int8, int8, text[], int8, text[], text[], text[], text[], int8[]) AS {CLAIM}");
-    let explain = "EXPLAIN (FORMAT JSON) EXECUTE claim('w', 0, 30000, '{noop}', 16, '{}', '{}', '{}', '{}', '{}')";
+    let prepare = format!(
+        "PREPARE claim(text, int8, int8, text[], int8, text[], text[], text[], text[], int8[], text[], int8[], int8[], text) AS {CLAIM}"
+    );
+    let explain = "EXPLAIN (FORMAT JSON) EXECUTE claim('w', 0, 30000, '{noop}', 16, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', 'k')";
 
     let indexes = generic_plan_indexes(&pool, &setup, prepare, explain).await;
 
@@ -186,6 +187,10 @@ async fn the_claim_locks_runs_by_key_whatever_join_the_planner_prefers(pool: PgP
         .bind(&none)
         .bind(&none)
         .bind(Vec::<i64>::new())
+        .bind(&none)
+        .bind(Vec::<i64>::new())
+        .bind(Vec::<i64>::new())
+        .bind(cairn_core::event::EventKind::StepStarted.as_str())
         .fetch_all(&mut *tx)
         .await
         .expect("the claim runs");

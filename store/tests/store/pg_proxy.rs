@@ -229,5 +229,5 @@ pub async fn store_behind_with(
 /// Each step's id, status and attempt, for `r1`.
 pub async fn steps_of_r1(store: &Store) -> Vec<(String, String, u32)> {
     let steps = store.steps("r1").await.expect("steps");
-    steps.into_iter().map(|s| (s.id, s.status, s.attempts)).collect()
+    steps.into_iter().map(|s| (s.id, s.status.to_string(), s.attempts)).collect()
 }

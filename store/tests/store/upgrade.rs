@@ -1,6 +1,7 @@
 //! A database created by the migrations before step facts (through 0011) upgrades: a run caught mid-flight keeps
-//! going and finishes, its pending steps given the `starts_itself` fact the statements now compare; a run with
-//! a step already failed is counted (`runs.failed_steps`) and so still ends failed; and on PostgreSQL the stored
+//! going and finishes, its pending steps given the `starts_itself` fact the statements now compare, the events
+//! it recorded as JSON text read as before beside the ones recorded after in payload columns; a run with a step
+//! already failed is counted (`runs.failed_steps`) and so still ends failed; and on PostgreSQL the stored
 //! functions are redefined from `store/sql/postgres/functions/`.
 //!
 //! The old schema is made by applying the migrations up to 0011 from a copy of their files, and the mid-flight
@@ -52,7 +53,8 @@ impl Drop for OldMigrations {
     }
 }
 
-/// The mid-flight run as the old schema holds it: `a` (ready) → `b` (pending, plain) → `c` (pending, `when`).
+/// The mid-flight run as the old schema holds it: `a` (ready) → `b` (pending, plain) → `c` (pending, `when`),
+/// with the events its submission recorded, their payloads JSON text.
 const OLD_RUN: [&str; 5] = [
     "INSERT INTO plans (id, body, created_at) VALUES ('p-old', '{\"goal\":\"old\",\"steps\":[]}', 1767225600000)",
     "INSERT INTO runs (id, plan_id, status, input, context, step_count, open_steps, created_at, updated_at) \
@@ -66,7 +68,9 @@ const OLD_RUN: [&str; 5] = [
      ('r-old', 'c', 2, 'noop', 'pending', '{}', 'steps.b.status == \"succeeded\"', 'all_success', 1, 60000, \
        '{\"max_attempts\":1}', 1, 1, NULL, 1767225600000, 0, NULL)",
     "INSERT INTO step_edges (run_id, parent, child) VALUES ('r-old', 'a', 'b'), ('r-old', 'b', 'c')",
-    "SELECT 1",
+    "INSERT INTO run_events (run_id, step_id, kind, data, at) VALUES \
+     ('r-old', NULL, 'run_created', '{\"plan_id\":\"p-old\",\"steps\":3}', 1767225600000), \
+     ('r-old', 'a', 'step_ready', '{\"available_at\":1767225600000}', 1767225600000)",
 ];
 
 /// When the step of [`OLD_FAILED_RUN`] that is left comes due: after the chain of [`OLD_RUN`] finished.
@@ -115,12 +119,24 @@ async fn finish_the_old_run(store: &Store) {
     }
     let detail = store.run_detail("r-old").await.unwrap().unwrap();
     assert_eq!(detail.run.status, "succeeded", "the run caught by the upgrade finishes");
-    let kinds: Vec<(Option<String>, String)> =
-        store.events("r-old", 0, 100).await.unwrap().into_iter().map(|e| (e.step_id, e.kind)).collect();
+    let events = store.events("r-old", 0, 100).await.unwrap();
+    let data: Vec<_> = events.iter().map(|e| e.data.clone()).collect();
+    assert_eq!(
+        data[..3],
+        [
+            json!({"plan_id": "p-old", "steps": 3}),
+            json!({"available_at": T0}),
+            json!({"attempt": 1, "worker_id": "w1"})
+        ],
+        "the events recorded before the upgrade read as written, and those after as they always did"
+    );
+    let kinds: Vec<(Option<String>, String)> = events.into_iter().map(|e| (e.step_id, e.kind.to_string())).collect();
     let step = |id: &str, kind: &str| (Some(id.to_owned()), kind.to_owned());
     assert_eq!(
         kinds,
         [
+            (None, "run_created".to_owned()),
+            step("a", "step_ready"),
             step("a", "step_started"),
             step("a", "step_succeeded"),
             step("b", "step_ready"),

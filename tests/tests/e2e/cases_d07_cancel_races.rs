@@ -44,7 +44,7 @@ async fn other_orchestrator(app: &TestApp, backend: Backend) -> Engine {
 }
 
 async fn kinds(app: &TestApp, run_id: &str) -> Vec<String> {
-    app.store().events(run_id, 0, 10_000).await.unwrap().into_iter().map(|e| e.kind).collect()
+    app.store().events(run_id, 0, 10_000).await.unwrap().into_iter().map(|e| e.kind.to_string()).collect()
 }
 
 on_both_backends!(d07_a_a_completion_racing_a_cancel_ends_in_one_consistent_outcome);

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use cairn_core::plan::ApprovalTimeout;
 use cairn_store::ApprovalOutcome;
 use cairn_tests::{Backend, TestApp, TestWorker, on_both_backends};
 use serde_json::{Value, json};
@@ -21,7 +22,7 @@ fn plan(approval: Value) -> Value {
 
 async fn kinds(app: &TestApp, run: &str, step: &str) -> Vec<(String, Value)> {
     let events = app.store().events(run, 0, 1000).await.unwrap();
-    events.into_iter().filter(|e| e.step_id.as_deref() == Some(step)).map(|e| (e.kind, e.data)).collect()
+    events.into_iter().filter(|e| e.step_id.as_deref() == Some(step)).map(|e| (e.kind.to_string(), e.data)).collect()
 }
 
 on_both_backends!(an_approved_step_runs_and_the_history_says_who_approved_and_when);
@@ -121,8 +122,8 @@ async fn pending_approvals_are_listed_across_runs_oldest_first(backend: Backend)
     let listed: Vec<(&str, &str)> = pending.iter().map(|p| (p.run_id.as_str(), p.step_id.as_str())).collect();
     assert_eq!(listed, [(first.as_str(), "gate"), (second.as_str(), "gate")], "{backend:?}");
     assert_eq!(pending[0].deadline_ms, Some(pending[0].waiting_since_ms + HOUR_MS), "{backend:?}");
-    assert_eq!(pending[0].on_timeout.as_deref(), Some("proceed"), "{backend:?}");
-    assert_eq!((pending[1].deadline_ms, pending[1].on_timeout.as_deref()), (None, None), "{backend:?}");
+    assert_eq!(pending[0].on_timeout.map(ApprovalTimeout::as_str), Some("proceed"), "{backend:?}");
+    assert_eq!((pending[1].deadline_ms, pending[1].on_timeout.map(ApprovalTimeout::as_str)), (None, None), "{backend:?}");
     assert_eq!(pending[0].action, "notify.send", "{backend:?}");
     app.engine.decide_approval(&first, "gate", true, "dave").await.unwrap();
     let pending = app.engine.pending_approvals(100).await.unwrap();

@@ -11,7 +11,9 @@
 --     serves its action: released and leased at once (`running`, attempt + 1, lease, deadline), with a new
 --     attempt row;
 --   - the run's open-step counter minus one (the dependent keeps the run open, so the run cannot end here);
---   - events `step_succeeded`, `step_ready`, `step_started`, in that order, after the run row is locked.
+--   - events `step_succeeded`, `step_ready`, `step_started`, in that order, after the run row is locked, their
+--     payloads in the columns `attempt`, `worker_id` and `available_at` (`cairn_core::event::Progress`; the
+--     JSON the API shows is made from them by serde when they are read, so none is built here).
 -- Any other case raises SQLSTATE `CRN01` ("take the general path"), which rolls the call back whole: a lease
 -- that is not current, a step with no or several dependents, a dependent that waits on other steps or does not
 -- start by itself, args that may hold a placeholder (any `$`: resolving one can fail the dependent, and that
@@ -76,11 +78,10 @@ BEGIN
     VALUES (p_run_id, v_child.step_id, v_child.attempt, v_child.lease_id, v_child.action, p_worker_id, 'running',
         p_now);
     -- Ids are drawn in this order, with the run row already locked by the counter update (see `lock_runs!`).
-    INSERT INTO run_events (run_id, step_id, kind, data, at) VALUES
-        (p_run_id, p_step_id, 'step_succeeded', '{"attempt":' || p_attempt || '}', p_now),
-        (p_run_id, v_child.step_id, 'step_ready', '{"available_at":' || p_now || '}', p_now),
-        (p_run_id, v_child.step_id, 'step_started',
-            '{"attempt":' || v_child.attempt || ',"worker_id":' || to_json(p_worker_id)::text || '}', p_now);
+    INSERT INTO run_events (run_id, step_id, kind, attempt, worker_id, available_at, at) VALUES
+        (p_run_id, p_step_id, 'step_succeeded', p_attempt, NULL, NULL, p_now),
+        (p_run_id, v_child.step_id, 'step_ready', NULL, NULL, p_now, p_now),
+        (p_run_id, v_child.step_id, 'step_started', v_child.attempt, p_worker_id, NULL, p_now);
 
     RETURN QUERY SELECT v_child.run_id, v_child.step_id, v_child.attempt, v_child.action, v_child.args,
         v_child.timeout_ms, v_child.heartbeat_timeout_ms, v_child.deadline_at, v_child.checkpoint,

@@ -16,7 +16,9 @@
 --     leased with a new attempt row, their runs marked running, as `CLAIM` in `store/src/postgres.rs` does;
 --   - events: one `step_succeeded` per success in the order given, one `run_succeeded` per run ended here in the
 --     order the runs first appear among the successes, then one `step_started` per leased step, group by group,
---     with their runs locked first (`lock_runs!` in `store/src/postgres.rs`).
+--     with their runs locked first (`lock_runs!` in `store/src/postgres.rs`); their payloads are the columns
+--     `attempt` and `worker_id` (`cairn_core::event::Progress`: serde makes the API's JSON of them when they are
+--     read, so none is built here).
 -- Any other case raises SQLSTATE `CRN01` ("take the general path"), which rolls the call back whole: a succeeded
 -- step that has dependents (releasing them is decided in Rust), a run that would end with a failed step or had
 -- already ended, a run with a cancel under way, a run that vanished, or a leased step whose args may hold a
@@ -116,12 +118,12 @@ BEGIN
 
     -- Without a claim the events are inserted alone, as `EVENTS_INSERT` in `store/src/postgres.rs` does.
     IF COALESCE(cardinality(p_claim_workers), 0) = 0 THEN
-        INSERT INTO run_events (run_id, step_id, kind, data, at)
-        SELECT e.run_id, e.step_id, e.kind, e.data, p_now FROM (
-            SELECT q.run_id, q.step_id, 'step_succeeded' AS kind, '{"attempt":' || q.attempt || '}' AS data, q.n
+        INSERT INTO run_events (run_id, step_id, kind, attempt, worker_id, at)
+        SELECT e.run_id, e.step_id, e.kind, e.attempt, NULL, p_now FROM (
+            SELECT q.run_id, q.step_id, 'step_succeeded' AS kind, q.attempt, q.n
             FROM UNNEST(v_runs, v_steps, v_attempts) WITH ORDINALITY AS q(run_id, step_id, attempt, n)
             UNION ALL
-            SELECT f.run_id, NULL, 'run_succeeded', '{}', cardinality(v_runs) + f.n
+            SELECT f.run_id, NULL, 'run_succeeded', NULL, cardinality(v_runs) + f.n
             FROM UNNEST(v_ending) WITH ORDINALITY AS f(run_id, n)) AS e,
             (SELECT count(*) AS runs_locked FROM (SELECT k.id FROM runs k WHERE k.id IN (SELECT unnest(v_runs))
                 ORDER BY k.id FOR NO KEY UPDATE) AS k) AS lk
@@ -154,19 +156,17 @@ BEGIN
                 FROM leased l),
             started AS (UPDATE runs SET status = 'running', updated_at = p_now
                 WHERE runs.id = ANY (ARRAY(SELECT l.run_id FROM leased l)) AND (runs.status = 'pending') IS TRUE),
-            queued AS (SELECT q.run_id, q.step_id, 'step_succeeded' AS kind,
-                    '{"attempt":' || q.attempt || '}' AS data, q.n
+            queued AS (SELECT q.run_id, q.step_id, 'step_succeeded' AS kind, q.attempt, NULL::text AS worker_id, q.n
                 FROM UNNEST(v_runs, v_steps, v_attempts) WITH ORDINALITY AS q(run_id, step_id, attempt, n)
                 WHERE v_first
                 UNION ALL
-                SELECT f.run_id, NULL, 'run_succeeded', '{}', cardinality(v_runs) + f.n
+                SELECT f.run_id, NULL, 'run_succeeded', NULL, NULL, cardinality(v_runs) + f.n
                 FROM UNNEST(v_ending) WITH ORDINALITY AS f(run_id, n) WHERE v_first),
-            logged AS (INSERT INTO run_events (run_id, step_id, kind, data, at)
-                SELECT e.run_id, e.step_id, e.kind, e.data, p_now FROM (
+            logged AS (INSERT INTO run_events (run_id, step_id, kind, attempt, worker_id, at)
+                SELECT e.run_id, e.step_id, e.kind, e.attempt, e.worker_id, p_now FROM (
                     SELECT * FROM queued
                     UNION ALL
-                    SELECT l.run_id, l.step_id, 'step_started',
-                        '{"attempt":' || l.attempt || ',"worker_id":' || to_json(v_worker)::text || '}',
+                    SELECT l.run_id, l.step_id, 'step_started', l.attempt, v_worker,
                         (SELECT count(*) FROM queued)
                             + row_number() OVER (ORDER BY l.available_at, l.run_id, l.step_id)
                     FROM leased l) AS e,

@@ -188,7 +188,7 @@ async fn cancel_racing_completions_and_claims_leaves_a_consistent_run(store: Sto
         .expect("steps")
         .into_iter()
         .filter(|s| s.status != "succeeded" && s.status != "cancelled")
-        .map(|s| (s.id, s.status))
+        .map(|s| (s.id, s.status.to_string()))
         .collect();
     assert!(open.is_empty(), "after cancel every step is succeeded or cancelled: {open:?}");
     let attempts = store.attempts("r1").await.expect("attempts");

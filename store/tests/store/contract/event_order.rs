@@ -15,7 +15,8 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use super::support::{T0, claim_for, events, noop, steps, submit};
 
-/// Opens the other writer: locks run `r1` and draws an event id for it, uncommitted. Returns the id.
+/// Opens the other writer: locks run `r1` and draws an event id for it (of a kind the store reads), uncommitted.
+/// Returns the id.
 async fn other_writer(pool: &PgPool) -> (Transaction<'static, Postgres>, i64) {
     let mut tx = pool.begin().await.expect("a second session");
     sqlx::query("SELECT id FROM runs WHERE id = 'r1' FOR NO KEY UPDATE")
@@ -23,7 +24,7 @@ async fn other_writer(pool: &PgPool) -> (Transaction<'static, Postgres>, i64) {
         .await
         .expect("the run is locked");
     let id: i64 = sqlx::query_scalar(
-        "INSERT INTO run_events (run_id, step_id, kind, data, at) VALUES ('r1', NULL, 'other_writer', '{}', 1) \
+        "INSERT INTO run_events (run_id, step_id, kind, data, at) VALUES ('r1', NULL, 'run_cancelled', '{}', 1) \
          RETURNING id",
     )
     .fetch_one(&mut *tx)

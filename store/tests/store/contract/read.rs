@@ -1,5 +1,6 @@
 //! Reads and the start-up integrity check: run listings, event paging, corrupt runs (contract §5).
 
+use cairn_core::state::RunStatus;
 use cairn_store::Store;
 use serde_json::json;
 
@@ -45,7 +46,7 @@ async fn integrity_check_finds_every_broken_run_beyond_one_page(store: Store) {
     let failed = store.integrity_check(T0 + 10_000).await.expect("integrity_check");
 
     assert_eq!(failed.len(), BROKEN_RUNS, "every broken run is found, even past the first page of open runs");
-    let open = store.runs(Some("pending"), 1000, 0).await.expect("runs");
+    let open = store.runs(Some(RunStatus::Pending), 1000, 0).await.expect("runs");
     assert!(open.is_empty(), "no broken run is left pending: {} left", open.len());
 }
 
@@ -62,9 +63,9 @@ async fn runs_filter_by_status_and_paginate_newest_first(store: Store) {
     store.cancel_run("r2", T0 + 12).await.expect("cancel_run");
     let ids = |runs: Vec<cairn_store::RunSummary>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
 
-    let cancelled = ids(store.runs(Some("cancelled"), 10, 0).await.expect("runs"));
-    let succeeded = ids(store.runs(Some("succeeded"), 10, 0).await.expect("runs"));
-    let running = ids(store.runs(Some("running"), 10, 0).await.expect("runs"));
+    let cancelled = ids(store.runs(Some(RunStatus::Cancelled), 10, 0).await.expect("runs"));
+    let succeeded = ids(store.runs(Some(RunStatus::Succeeded), 10, 0).await.expect("runs"));
+    let running = ids(store.runs(Some(RunStatus::Running), 10, 0).await.expect("runs"));
     let page1 = ids(store.runs(None, 2, 0).await.expect("runs"));
     let page2 = ids(store.runs(None, 2, 2).await.expect("runs"));
     let page3 = ids(store.runs(None, 2, 4).await.expect("runs"));

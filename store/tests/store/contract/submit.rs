@@ -19,8 +19,13 @@ async fn create_run_makes_roots_ready_and_others_pending_and_records_events(stor
     assert_eq!(summary.status, "pending", "a new run is pending");
     assert_eq!(summary.step_count, 3, "the run counts its steps");
     assert_eq!(summary.open_steps, 3, "no step is final yet");
-    let kinds: Vec<(Option<String>, String)> =
-        store.events("r1", 0, 100).await.expect("events").into_iter().map(|e| (e.step_id, e.kind)).collect();
+    let kinds: Vec<(Option<String>, String)> = store
+        .events("r1", 0, 100)
+        .await
+        .expect("events")
+        .into_iter()
+        .map(|e| (e.step_id, e.kind.to_string()))
+        .collect();
     assert_eq!(
         kinds,
         vec![

@@ -156,7 +156,7 @@ pub async fn step(store: &Store, run_id: &str, step_id: &str) -> StepSummary {
 
 /// Status of one step.
 pub async fn status(store: &Store, run_id: &str, step_id: &str) -> String {
-    step(store, run_id, step_id).await.status
+    step(store, run_id, step_id).await.status.to_string()
 }
 
 /// A run, which must exist.

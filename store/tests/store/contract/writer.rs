@@ -75,7 +75,7 @@ struct StepRow {
 
 /// The run's events as `(step, kind, data, at)`, in id order.
 pub(super) async fn history(store: &Store, run_id: &str) -> Vec<(Option<String>, String, Value, i64)> {
-    events(store, run_id).await.into_iter().map(|e| (e.step_id, e.kind, e.data, e.at_ms)).collect()
+    events(store, run_id).await.into_iter().map(|e| (e.step_id, e.kind.to_string(), e.data, e.at_ms)).collect()
 }
 
 /// One batch through `writer`, or through `Store::write_batch` when there is none.
@@ -199,7 +199,7 @@ async fn a_one_call_that_falls_back_leaves_the_general_path_to_serve_the_oldest_
     let claimed: Vec<&str> = outcome.claimed[0].iter().map(|c| c.lease.step_id.as_str()).collect();
     assert_eq!(claimed, ["z"], "the oldest ready step first");
     assert_eq!(outcome.ready_now, 1, "b is left ready for waiting claimers");
-    let kinds: Vec<String> = events(&store, "r1").await.into_iter().map(|e| e.kind).collect();
+    let kinds: Vec<String> = events(&store, "r1").await.into_iter().map(|e| e.kind.to_string()).collect();
     assert_eq!(kinds.iter().filter(|k| *k == "step_succeeded").count(), 1, "written once: {kinds:?}");
     let tried = writer.fast_path_counts().chain;
     if matches!(store, Store::Postgres(_)) {

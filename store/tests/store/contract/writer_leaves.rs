@@ -174,7 +174,7 @@ async fn a_leaf_batch_whose_claim_meets_a_placeholder_falls_back_and_then_pauses
     assert_eq!(outcome.reports, [Report::Succeeded]);
     let p = &outcome.claimed[0][0];
     assert_eq!((p.lease.step_id.as_str(), &p.args), ("p", &json!({"v": 7})), "the general claim resolved it");
-    let kinds: Vec<String> = events(&store, "r1").await.into_iter().map(|e| e.kind).collect();
+    let kinds: Vec<String> = events(&store, "r1").await.into_iter().map(|e| e.kind.to_string()).collect();
     assert_eq!(kinds.iter().filter(|k| *k == "step_succeeded").count(), 1, "written once: {kinds:?}");
     let expected = if postgres(&store) { (0, 1) } else { (0, 0) };
     assert_eq!(leaf_calls(&writer), expected, "PostgreSQL tried the call, which fell back");
@@ -204,16 +204,16 @@ async fn a_leaf_batch_that_ends_a_run_with_a_failed_step_falls_back_and_the_run_
     assert_eq!(finished.status, "failed", "the general path names the failure");
     let expected = if postgres(&store) { (0, 1) } else { (0, 0) };
     assert_eq!(leaf_calls(&writer), expected, "PostgreSQL tried the call, which fell back");
-    let kinds: Vec<String> = events(&store, "r1").await.into_iter().map(|e| e.kind).collect();
+    let kinds: Vec<String> = events(&store, "r1").await.into_iter().map(|e| e.kind.to_string()).collect();
     assert_eq!(kinds.iter().filter(|k| *k == "run_failed").count(), 1, "{kinds:?}");
     assert!(!kinds.iter().any(|k| k == "run_succeeded"), "{kinds:?}");
 }
 
 /// Every event of the runs whose id starts with `prefix`, in id order across runs, with the prefix removed.
 async fn global_history(store: &Store, prefix: &str) -> Vec<String> {
-    const SQL: &str = "SELECT run_id, COALESCE(step_id, '-'), kind, data, at FROM run_events \
-         WHERE run_id LIKE $1 ORDER BY id";
-    type Row = (String, String, String, String, i64);
+    const SQL: &str = "SELECT run_id, COALESCE(step_id, '-'), kind, data, attempt, worker_id, available_at, at \
+         FROM run_events WHERE run_id LIKE $1 ORDER BY id";
+    type Row = (String, String, String, Option<String>, Option<i64>, Option<String>, Option<i64>, i64);
     let pattern = format!("{prefix}%");
     let rows: Vec<Row> = match store {
         Store::Sqlite(pool) => sqlx::query_as(SQL).bind(&pattern).fetch_all(pool).await.expect("events"),
