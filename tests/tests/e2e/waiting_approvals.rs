@@ -123,7 +123,11 @@ async fn pending_approvals_are_listed_across_runs_oldest_first(backend: Backend)
     assert_eq!(listed, [(first.as_str(), "gate"), (second.as_str(), "gate")], "{backend:?}");
     assert_eq!(pending[0].deadline_ms, Some(pending[0].waiting_since_ms + HOUR_MS), "{backend:?}");
     assert_eq!(pending[0].on_timeout.map(ApprovalTimeout::as_str), Some("proceed"), "{backend:?}");
-    assert_eq!((pending[1].deadline_ms, pending[1].on_timeout.map(ApprovalTimeout::as_str)), (None, None), "{backend:?}");
+    assert_eq!(
+        (pending[1].deadline_ms, pending[1].on_timeout.map(ApprovalTimeout::as_str)),
+        (None, None),
+        "{backend:?}"
+    );
     assert_eq!(pending[0].action, "notify.send", "{backend:?}");
     app.engine.decide_approval(&first, "gate", true, "dave").await.unwrap();
     let pending = app.engine.pending_approvals(100).await.unwrap();
