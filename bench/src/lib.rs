@@ -41,8 +41,8 @@
 //! - `memory`: 10,000 runs of 10 steps each waiting on a timer a day ahead (100,000 pending timers, 10,000
 //!   active runs); `rss_mb` = the orchestrator's resident memory (`VmRSS`) once they are stored.
 //! - `validate`: a plan of one step, a 5,000-wide fan-out of steps with placeholders on it and a join (case C24)
-//!   sent to `POST /v1/plans:validate`, 5 times; `validate_ms_median` and `validate_ms_max` are the times to
-//!   the answer (a valid plan) on this host's clock.
+//!   sent to `POST /v1/plans:validate`, 5 times (`--runs`); `validate_ms_median` and `validate_ms_max` are the
+//!   times to the answer (a valid plan) on this host's clock, to 0.01 ms.
 //! - `all`: chain, fanout, throughput, timers, dispatch, memory, validate, in order, against one set of
 //!   processes.
 //!
@@ -111,7 +111,7 @@ pub struct Size {
     /// Steps per run: `chain`'s length, `fanout`'s width, `throughput`'s and `timers`' steps, `memory`'s steps
     /// per run.
     pub steps: Option<usize>,
-    /// Runs: `chain`'s runs, `dispatch`'s measured runs, `memory`'s runs.
+    /// Runs: `chain`'s runs, `dispatch`'s measured runs, `memory`'s runs, `validate`'s attempts.
     pub runs: Option<usize>,
 }
 

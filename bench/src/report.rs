@@ -61,9 +61,11 @@ pub fn summary(figures: &Value) -> String {
             get("first_ms")
         ),
         "validate" => format!(
-            "validate   {setup}: a {}-wide fan-out validated over the API in {} ms (median of 5; max {} ms)",
+            "validate   [{} db]: a {}-wide fan-out validated over the API in {} ms (median of {}; max {} ms)",
+            get("db").as_str().unwrap_or("?"),
             get("width"),
             get("validate_ms_median"),
+            get("runs"),
             get("validate_ms_max")
         ),
         _ => format!(

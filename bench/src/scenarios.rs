@@ -183,7 +183,10 @@ fn rss_mb(pid: u32) -> anyhow::Result<f64> {
 /// The width of `validate`'s fan-out (case C24).
 const VALIDATE_WIDTH: usize = 5_000;
 
-/// `validate`: a wide fan-out with a placeholder in every child validated over the API, five times.
+/// How many times `validate` sends the plan.
+const VALIDATE_ATTEMPTS: usize = 5;
+
+/// `validate`: a wide fan-out with a placeholder in every child validated over the API, five times by default.
 pub(super) async fn validate(api: &Api, size: Size) -> anyhow::Result<Value> {
     let width = size.steps_or(VALIDATE_WIDTH);
     let ids: Vec<String> = (0..width).map(|i| format!("n{i:04}")).collect();
@@ -196,16 +199,19 @@ pub(super) async fn validate(api: &Api, size: Size) -> anyhow::Result<Value> {
     }
     steps.push(noop("join", &ids));
     let plan = json!({"goal": "bench: validate", "steps": steps});
-    let mut times = Vec::with_capacity(5);
-    for _ in 0..5 {
+    let attempts = size.runs_or(VALIDATE_ATTEMPTS);
+    let mut times = Vec::with_capacity(attempts);
+    for _ in 0..attempts {
         let started = std::time::Instant::now();
         let answer = api.post("/v1/plans:validate", &plan).await?;
         times.push(started.elapsed().as_secs_f64() * 1_000.0);
         anyhow::ensure!(answer["valid"] == json!(true), "the plan validates: {answer}");
     }
     times.sort_by(f64::total_cmp);
-    Ok(json!({"scenario": "validate", "validate_ms_median": times[2], "validate_ms_max": times[4],
-              "width": width}))
+    let round = |ms: f64| (ms * 100.0).round() / 100.0;
+    let (median, max) = (round(times[times.len() / 2]), round(times[times.len() - 1]));
+    Ok(json!({"scenario": "validate", "validate_ms_median": median, "validate_ms_max": max, "width": width,
+              "runs": attempts}))
 }
 
 #[cfg(test)]

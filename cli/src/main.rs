@@ -81,7 +81,7 @@ enum Command {
     /// Run a worker process serving the built-in actions to an orchestrator (until SIGTERM or ctrl-c).
     Worker(command::worker::Args),
     /// Benchmark: real orchestrator and worker processes over gRPC (`chain`, `fanout`, `throughput`, `timers`,
-    /// `dispatch`, `memory`, `all`).
+    /// `dispatch`, `memory`, `validate`, `all`).
     Bench(command::bench::Args),
 }
 

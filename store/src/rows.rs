@@ -203,7 +203,7 @@ pub(crate) struct StepInsert {
     /// Steps that depend on this one.
     pub child_count: i64,
     /// The action of this step's one dependent when completing this step may lease it in the same call (see
-    /// [`crate::model::Claimed::successor_action`]).
+    /// [`crate::model::CompletionHint::successor_action`]).
     pub successor_action: Option<String>,
     pub not_before_at: Option<i64>,
     pub not_before_local: Option<String>,

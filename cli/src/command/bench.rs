@@ -30,10 +30,11 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     rate: u32,
     /// Steps per run instead of the scenario's default: chain length (20, at least 2), fanout width (200),
-    /// throughput and timers steps (10,000), memory steps per run (10).
+    /// throughput and timers steps (10,000), memory steps per run (10), validate width (5,000).
     #[arg(long)]
     steps: Option<usize>,
-    /// Runs instead of the scenario's default: chain runs (20), dispatch runs (10,000), memory runs (10,000).
+    /// Runs instead of the scenario's default: chain runs (20), dispatch runs (10,000), memory runs (10,000),
+    /// validate attempts (5).
     #[arg(long)]
     runs: Option<usize>,
     /// Print one JSON object per line per scenario.

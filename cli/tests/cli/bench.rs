@@ -67,11 +67,11 @@ fn throughput_reports_the_drain_and_the_submission_apart() {
 
 #[test]
 fn validate_reports_the_time_to_the_answer_for_a_wide_plan() {
-    let figures = bench("validate", &["--steps", "50"]);
+    let figures = bench("validate", &["--steps", "50", "--runs", "3"]);
     assert_eq!(figures["scenario"], "validate");
-    assert_eq!(figures["width"], 50, "the width asked for");
+    assert_eq!((figures["width"].as_u64(), figures["runs"].as_u64()), (Some(50), Some(3)), "the size asked for");
     let (median, max) = (number(&figures, "validate_ms_median"), number(&figures, "validate_ms_max"));
-    assert!(median > 0.0 && max >= median, "five answers, the slowest last: {figures}");
+    assert!(median > 0.0 && max >= median, "three answers, the slowest last: {figures}");
 }
 
 #[test]

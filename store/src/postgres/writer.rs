@@ -30,11 +30,11 @@ use crate::{conflict_pause, postgres, tx};
 pub(crate) struct PgWriter {
     pool: PgPool,
     held: Option<PoolConnection<Postgres>>,
-    /// PostgreSQL: leases this writer handed out whose step has a successor (`Claimed::successor_action`), with
+    /// PostgreSQL: leases this writer handed out whose step has a successor (`CompletionHint::successor_action`), with
     /// that successor's action: the completions worth trying in one call (`cairn_complete_and_claim`). Each is
     /// forgotten when reported.
     successors: HashMap<Lease, String>,
-    /// PostgreSQL: leases this writer handed out for steps nothing depends on (`Claimed::leaf`): batches of
+    /// PostgreSQL: leases this writer handed out for steps nothing depends on (`CompletionHint::is_leaf`): batches of
     /// their completions are worth trying in one call (`cairn_complete_leaves_and_claim`). Each is forgotten
     /// when reported.
     leaves: HashSet<Lease>,
@@ -100,7 +100,7 @@ impl PgWriter {
         }
         self.last_batch_at = Some(std::time::Instant::now());
         // Tried in one call only for a lease this writer handed out for a step with a successor
-        // (`Claimed::successor_action`) that the riding claim serves: otherwise the call would fall back, a round
+        // (`CompletionHint::successor_action`) that the riding claim serves: otherwise the call would fall back, a round
         // trip for nothing.
         let successors = &self.successors;
         let only_reports = runs.is_empty() && self.fast_path;
