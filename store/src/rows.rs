@@ -286,3 +286,28 @@ pub(crate) struct AttemptClose {
 pub(crate) fn run_counters((open_steps, failed_steps, cancel_requested): (i64, i64, i64)) -> RunCounters {
     RunCounters { open_steps, failed_steps, cancel_requested: cancel_requested != 0 }
 }
+
+/// A decision for a pending step, as [`crate::tx::StepTx::step_decide`] writes it.
+pub(crate) struct StepDecided<'a> {
+    pub run_id: &'a str,
+    pub step_id: &'a str,
+    pub status: cairn_core::state::StepStatus,
+    /// When it becomes claimable (ready) or its approval deadline (waiting for approval).
+    pub available_at: Option<i64>,
+    /// The failure record, when the decision failed it.
+    pub error: Option<&'a str>,
+    /// Set when the decision is final.
+    pub finished_at: Option<i64>,
+}
+
+/// An operator's move of a step, as [`crate::tx::StepTx::step_operator`] writes it.
+pub(crate) struct StepMoved<'a> {
+    pub run_id: &'a str,
+    pub step_id: &'a str,
+    pub from: cairn_core::state::StepStatus,
+    pub to: cairn_core::state::StepStatus,
+    /// Ready from now, or from the step's `not_before` timer if later.
+    pub available_at: Option<i64>,
+    /// Set when `to` is final.
+    pub finished_at: Option<i64>,
+}

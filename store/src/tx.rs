@@ -14,7 +14,10 @@ use cairn_core::machine::{RunCounters, StepsClosed};
 
 use crate::error::StoreResult;
 use crate::model::{ClaimRequest, HeartbeatOutcome, Lease};
-use crate::rows::{AttemptClose, ChildRow, ClaimedRow, EventInsert, LeasedRow, StateRow, StepInsert, StepSucceeded};
+use crate::rows::{
+    AttemptClose, ChildRow, ClaimedRow, EventInsert, LeasedRow, StateRow, StepDecided, StepInsert, StepMoved,
+    StepSucceeded,
+};
 
 /// The run holding an idempotency key, with what its submission is compared on.
 #[derive(Debug, sqlx::FromRow)]
@@ -99,17 +102,8 @@ pub(crate) trait StepTx: Send {
     fn parent_statuses(&mut self, run_id: &str, child: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
     fn step_state(&mut self, run_id: &str, step_id: &str)
     -> impl Future<Output = StoreResult<Option<StateRow>>> + Send;
-    #[allow(clippy::too_many_arguments)]
-    fn step_decide(
-        &mut self,
-        run_id: &str,
-        step_id: &str,
-        status: &str,
-        available_at: Option<i64>,
-        error: Option<&str>,
-        finished_at: Option<i64>,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Writes a decision for a step still `pending` ([`crate::sql::STEP_DECIDE`]); false when it was not.
+    fn step_decide(&mut self, d: &StepDecided<'_>, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
     /// Runs [`crate::sql::RUN_CLOSE_STEPS`]: the run's counters after `closed` were counted, `None` when the run
     /// is gone.
     fn run_close_steps(
@@ -136,17 +130,9 @@ pub(crate) trait StepTx: Send {
     fn steps_cancel(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
     /// Closes the running attempts of a cancelled run, and ends the event waits of its `event.wait` attempts.
     fn attempts_cancel(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
-    #[allow(clippy::too_many_arguments)]
-    fn step_operator(
-        &mut self,
-        run_id: &str,
-        step_id: &str,
-        from: &str,
-        to: &str,
-        available_at: Option<i64>,
-        finished_at: Option<i64>,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Moves a step from `from` to `to` for an operator ([`crate::sql::STEP_OPERATOR`]); false when it was not in
+    /// `from`.
+    fn step_operator(&mut self, m: &StepMoved<'_>, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
 }
 
 /// Statements whose SQL differs between SQLite and PostgreSQL.
@@ -427,21 +413,16 @@ macro_rules! impl_step_tx {
             }
             async fn step_decide(
                 &mut self,
-                run_id: &str,
-                step_id: &str,
-                status: &str,
-                available_at: Option<i64>,
-                error: Option<&str>,
-                finished_at: Option<i64>,
+                d: &$crate::rows::StepDecided<'_>,
                 now: i64,
             ) -> $crate::error::StoreResult<bool> {
                 let done = sqlx::query::<$db>($crate::sql::STEP_DECIDE)
-                    .bind(run_id)
-                    .bind(step_id)
-                    .bind(status)
-                    .bind(available_at)
-                    .bind(error)
-                    .bind(finished_at)
+                    .bind(d.run_id)
+                    .bind(d.step_id)
+                    .bind(d.status.as_str())
+                    .bind(d.available_at)
+                    .bind(d.error)
+                    .bind(d.finished_at)
                     .bind(now)
                     .execute(&mut **self)
                     .await?;
@@ -515,21 +496,16 @@ macro_rules! impl_step_tx {
             }
             async fn step_operator(
                 &mut self,
-                run_id: &str,
-                step_id: &str,
-                from: &str,
-                to: &str,
-                available_at: Option<i64>,
-                finished_at: Option<i64>,
+                m: &$crate::rows::StepMoved<'_>,
                 now: i64,
             ) -> $crate::error::StoreResult<bool> {
                 let done = sqlx::query::<$db>($crate::sql::STEP_OPERATOR)
-                    .bind(run_id)
-                    .bind(step_id)
-                    .bind(from)
-                    .bind(to)
-                    .bind(available_at)
-                    .bind(finished_at)
+                    .bind(m.run_id)
+                    .bind(m.step_id)
+                    .bind(m.from.as_str())
+                    .bind(m.to.as_str())
+                    .bind(m.available_at)
+                    .bind(m.finished_at)
                     .bind(now)
                     .execute(&mut **self)
                     .await?;

@@ -11,7 +11,7 @@ use super::finish::{Report, fail};
 use super::settle::{Finished, after_final};
 use crate::error::StoreResult;
 use crate::model::{Lease, ReapRequest};
-use crate::rows::EventInsert;
+use crate::rows::{EventInsert, StepMoved};
 use crate::tx::{DialectTx, StepTx};
 use crate::wait_tx::WaitTx;
 use crate::waiting::ApprovalOutcome;
@@ -63,8 +63,8 @@ pub(crate) async fn operate<T: StepTx + WaitTx>(
     // Ready now, or at the step's `not_before` timer if that is later (applied in `STEP_OPERATOR`).
     let available_at = (to == StepStatus::Ready).then_some(now);
     let finished_at = to.is_final().then_some(now);
-    let parked = StepStatus::OutcomeUnknown.as_str();
-    if !tx.step_operator(run_id, step_id, parked, to.as_str(), available_at, finished_at, now).await? {
+    let moved = StepMoved { run_id, step_id, from: StepStatus::OutcomeUnknown, to, available_at, finished_at };
+    if !tx.step_operator(&moved, now).await? {
         return Ok(false);
     }
     events.push(event(run_id, Some(step_id), kind, json!({"by": actor}), now));

@@ -99,7 +99,6 @@ pub(crate) async fn fail<T: StepTx>(
     fail_row(tx, lease, &row, failure, sample, now, events).await
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn fail_row<T: StepTx>(
     tx: &mut T,
     lease: &Lease,

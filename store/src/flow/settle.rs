@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 use super::event;
 use crate::error::{StoreError, StoreResult};
-use crate::rows::{ChildRow, EventInsert, StepSucceeded};
+use crate::rows::{ChildRow, EventInsert, StepDecided, StepSucceeded};
 use crate::runs_tx::RunsTx;
 use crate::tx::StepTx;
 
@@ -106,28 +106,29 @@ async fn apply<T: StepTx>(
         Decision::Wait => return Ok(()),
         Decision::Ready { available_at } => {
             let ready = Progress::Ready { available_at: Some(*available_at) };
-            ("ready", Some(*available_at), None, EventInsert::progress(run_id, step, ready, now))
+            (StepStatus::Ready, Some(*available_at), None, EventInsert::progress(run_id, step, ready, now))
         }
         Decision::WaitingApproval { deadline } => {
             let data = json!({"deadline": deadline});
-            ("waiting_approval", *deadline, None, event(run_id, step, EventKind::StepWaitingApproval, data, now))
+            let recorded = event(run_id, step, EventKind::StepWaitingApproval, data, now);
+            (StepStatus::WaitingApproval, *deadline, None, recorded)
         }
         Decision::Skipped(reason) => {
             let data = json!({"reason": reason.as_str()});
-            ("skipped", None, None, event(run_id, step, EventKind::StepSkipped, data, now))
+            (StepStatus::Skipped, None, None, event(run_id, step, EventKind::StepSkipped, data, now))
         }
         Decision::Failed(f) => {
             let record = json!({"code": f.code, "message": f.message, "retryable": false, "suggestion": "replan"});
             let text = record.to_string();
-            ("failed", None, Some(text), event(run_id, step, EventKind::StepFailed, record, now))
+            (StepStatus::Failed, None, Some(text), event(run_id, step, EventKind::StepFailed, record, now))
         }
     };
     let is_final = decision.is_final();
     let finished_at = is_final.then_some(now);
-    if tx.step_decide(run_id, step_id, status, available_at, error.as_deref(), finished_at, now).await? {
+    let decided = StepDecided { run_id, step_id, status, available_at, error: error.as_deref(), finished_at };
+    if tx.step_decide(&decided, now).await? {
         events.push(recorded);
         if is_final {
-            let status = if status == "skipped" { StepStatus::Skipped } else { StepStatus::Failed };
             finals.push(Finished::new(step_id, status));
         }
     }
