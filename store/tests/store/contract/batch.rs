@@ -1,12 +1,11 @@
 //! Group commit (issue 8): a batch of reports and claims in one transaction, the hand-off of released steps to
 //! waiting claimers in that transaction, and undoing a claim that never reached a worker.
 
-use cairn_store::Batch;
 use cairn_store::{ClaimRequest, Lease, Report, ReportItem, ReportKind, Store};
 use serde_json::json;
 
 use super::support::{
-    LIMITS, T0, TTL, action_error, claim, claim_for, claim_one, events, has_event, noop, run, status, step, steps,
+    LIMITS, T0, action_error, batch, claim, claim_for, claim_one, events, has_event, noop, run, status, step, steps,
     submit,
 };
 
@@ -43,18 +42,7 @@ async fn a_batch_decides_each_report_as_if_alone_and_hands_released_steps_to_a_w
         vec![request("waiting-worker", 4)]
     };
 
-    let outcome = store
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &items,
-            claims: &[],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 10,
-            handoff: &handoff,
-        })
-        .await
-        .expect("the batch commits");
+    let outcome = store.write_batch(&batch(&items, &[], T0 + 10, &handoff)).await.expect("the batch commits");
 
     assert_eq!(
         outcome.reports,
@@ -80,15 +68,7 @@ async fn claims_in_a_batch_run_after_its_reports_and_see_what_they_released(stor
     let nobody = |_: usize| Vec::new();
 
     let outcome = store
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[complete(&a, json!({}))],
-            claims: &[request("w2", 8)],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 5,
-            handoff: &nobody,
-        })
+        .write_batch(&batch(&[complete(&a, json!({}))], &[request("w2", 8)], T0 + 5, &nobody))
         .await
         .expect("the batch commits");
 
@@ -103,15 +83,7 @@ async fn claims_in_a_batch_run_after_its_reports_and_see_what_they_released(stor
 async fn run_to_end(store: &Store, lease: &Lease) {
     let nobody = |_: usize| Vec::new();
     let outcome = store
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[complete(lease, json!({}))],
-            claims: &[],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 9,
-            handoff: &nobody,
-        })
+        .write_batch(&batch(&[complete(lease, json!({}))], &[], T0 + 9, &nobody))
         .await
         .expect("the store answers");
     assert_eq!(outcome.reports, [Report::Succeeded]);
@@ -143,17 +115,7 @@ async fn an_undelivered_claim_is_given_back_without_using_an_attempt(store: Stor
 
     let again = claim_for(&store, "w2", &["noop"], 1, T0 + 5).await;
     assert_eq!(again[0].lease.attempt, 1, "the next claim is attempt 1 again");
-    let stale = store
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[complete(&lease, json!({}))],
-            claims: &[],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 6,
-            handoff: &|_| Vec::new(),
-        })
-        .await;
+    let stale = store.write_batch(&batch(&[complete(&lease, json!({}))], &[], T0 + 6, &|_| Vec::new())).await;
     assert_eq!(
         stale.expect("the batch commits").reports,
         [Report::Stale],
@@ -184,18 +146,7 @@ async fn completions_accepted_together_end_as_they_would_one_by_one(store: Store
     ];
     let nobody = |_: usize| Vec::new();
 
-    let outcome = store
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &items,
-            claims: &[],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 10,
-            handoff: &nobody,
-        })
-        .await
-        .expect("the batch commits");
+    let outcome = store.write_batch(&batch(&items, &[], T0 + 10, &nobody)).await.expect("the batch commits");
 
     assert_eq!(
         outcome.reports,
@@ -247,15 +198,7 @@ async fn a_workers_claims_in_one_batch_share_out_the_leased_steps_and_the_hand_o
     };
 
     let outcome = store
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[complete(&a, json!({}))],
-            claims: &claims,
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 5,
-            handoff: &handoff,
-        })
+        .write_batch(&batch(&[complete(&a, json!({}))], &claims, T0 + 5, &handoff))
         .await
         .expect("the batch commits");
 
@@ -287,18 +230,7 @@ async fn a_cascade_from_a_batch_releases_level_by_level_and_skips_propagate_thro
     let items = vec![complete(&lease_of("a"), json!({"go": false})), complete(&lease_of("b"), json!({}))];
     let nobody = |_: usize| Vec::new();
 
-    let outcome = store
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &items,
-            claims: &[],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 10,
-            handoff: &nobody,
-        })
-        .await
-        .expect("the batch commits");
+    let outcome = store.write_batch(&batch(&items, &[], T0 + 10, &nobody)).await.expect("the batch commits");
 
     assert_eq!(outcome.reports, [Report::Succeeded, Report::Succeeded]);
     assert_eq!(outcome.ready_now, 0, "nothing became runnable");
@@ -331,34 +263,12 @@ async fn a_batch_finishing_many_runs_closes_each_as_it_would_alone(store: Store)
     let failed =
         ReportItem { lease: lease_of("x"), kind: ReportKind::Fail { failure: action_error("no"), sample: 0.0 } };
     let nobody = |_: usize| Vec::new();
-    let first = store
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[failed],
-            claims: &[],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 1,
-            handoff: &nobody,
-        })
-        .await
-        .expect("the batch commits");
+    let first = store.write_batch(&batch(&[failed], &[], T0 + 1, &nobody)).await.expect("the batch commits");
     assert_eq!(first.reports, [Report::Failed]);
     let items: Vec<ReportItem> =
         ["a", "b", "c", "e", "g"].iter().map(|id| complete(&lease_of(id), json!({}))).collect();
 
-    let outcome = store
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &items,
-            claims: &[],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 10,
-            handoff: &nobody,
-        })
-        .await
-        .expect("the batch commits");
+    let outcome = store.write_batch(&batch(&items, &[], T0 + 10, &nobody)).await.expect("the batch commits");
 
     assert_eq!(outcome.reports, [Report::Succeeded; 5]);
     for run_id in ["r1", "r2"] {
@@ -384,15 +294,7 @@ async fn a_batchs_events_are_recorded_once_each_in_order_with_every_claims_step_
     let handoff = |_: usize| vec![request("waiting-worker", 4)];
 
     let outcome = store
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[complete(&a, json!({}))],
-            claims: &[request(worker, 1)],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 5,
-            handoff: &handoff,
-        })
+        .write_batch(&batch(&[complete(&a, json!({}))], &[request(worker, 1)], T0 + 5, &handoff))
         .await
         .expect("the batch commits");
 
@@ -434,32 +336,13 @@ async fn a_batch_writer_runs_a_chain_to_its_end_deciding_each_batch_as_the_store
     submit(&store, "r1", &doc).await;
     let mut writer = store.batch_writer();
     let nobody = |_: usize| Vec::new();
-    let first = writer
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[],
-            claims: &[request("w1", 4)],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0,
-            handoff: &nobody,
-        })
-        .await
-        .expect("commits");
+    let first = writer.write_batch(&batch(&[], &[request("w1", 4)], T0, &nobody)).await.expect("commits");
     let mut lease = first.claimed[0][0].lease.clone();
     assert_eq!(lease.step_id, "a", "a claim alone leases the root");
 
     for (now, next) in [(T0 + 1, "b"), (T0 + 2, "c")] {
         let outcome = writer
-            .write_batch(&Batch {
-                runs: &[],
-                reports: &[complete(&lease, json!({"done": lease.step_id}))],
-                claims: &[request("w1", 1)],
-                limits: LIMITS,
-                lease_ttl_ms: TTL,
-                now_ms: now,
-                handoff: &nobody,
-            })
+            .write_batch(&batch(&[complete(&lease, json!({"done": lease.step_id}))], &[request("w1", 1)], now, &nobody))
             .await
             .expect("the batch commits");
         assert_eq!(outcome.reports, [Report::Succeeded]);
@@ -467,32 +350,12 @@ async fn a_batch_writer_runs_a_chain_to_its_end_deciding_each_batch_as_the_store
         assert_eq!(claimed, [next], "the completion's claim takes the dependent it released");
         lease = outcome.claimed[0][0].lease.clone();
     }
-    let last = writer
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[complete(&lease, json!({}))],
-            claims: &[],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 3,
-            handoff: &nobody,
-        })
-        .await;
+    let last = writer.write_batch(&batch(&[complete(&lease, json!({}))], &[], T0 + 3, &nobody)).await;
 
     assert_eq!(last.expect("the last batch commits").reports, [Report::Succeeded]);
     assert_eq!(run(&store, "r1").await.status, "succeeded", "the writer's batches finished the run");
     assert_eq!(step(&store, "r1", "b").await.output, Some(json!({"done": "b"})), "outputs are the writer's");
-    let again = writer
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[complete(&lease, json!({}))],
-            claims: &[],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 4,
-            handoff: &nobody,
-        })
-        .await;
+    let again = writer.write_batch(&batch(&[complete(&lease, json!({}))], &[], T0 + 4, &nobody)).await;
     assert_eq!(
         again.expect("answers").reports,
         [Report::Stale],

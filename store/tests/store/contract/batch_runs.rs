@@ -5,7 +5,7 @@ use cairn_store::Batch;
 use cairn_store::{BatchOutcome, ClaimRequest, CreateOutcome, NewRun, ReportItem, ReportKind, Store};
 use serde_json::json;
 
-use super::support::{LIMITS, T0, TTL, new_run, noop, run, status, steps};
+use super::support::{LIMITS, T0, TTL, batch, new_run, noop, run, status, steps};
 
 fn request(worker: &str, limit: u32) -> ClaimRequest {
     ClaimRequest { worker_id: worker.into(), actions: vec!["noop".into()], limit, now_ms: 0 }
@@ -125,19 +125,7 @@ async fn a_batch_creates_runs_before_its_reports_and_claims(store: Store) {
     let mut writer = store.batch_writer();
     let nobody = |_: usize| Vec::new();
     // Claimed through the writer, so that on PostgreSQL it knows the lease as a leaf's (worth the leaf call).
-    let first = writer
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[],
-            claims: &[request("w1", 1)],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0,
-            handoff: &nobody,
-        })
-        .await
-        .expect("claimed")
-        .claimed;
+    let first = writer.write_batch(&batch(&[], &[request("w1", 1)], T0, &nobody)).await.expect("claimed").claimed;
     let fresh = new_run("r1", &steps(vec![noop("x", &[], json!({}))]));
     let report = ReportItem { lease: first[0][0].lease.clone(), kind: ReportKind::Complete(json!({"ok": true})) };
 

@@ -12,13 +12,12 @@
 use cairn_core::failure::Failure;
 use cairn_core::machine::{Event, OperatorAction, RunGraph, Transition};
 use cairn_core::state::{RunStatus, StepStatus};
-use cairn_store::Batch;
 use cairn_store::{ApprovalOutcome, BatchWriter, ClaimRequest, Claimed, Lease, Report, ReportItem, ReportKind, Store};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 
-use super::support::{LIMITS, T0, TTL, create, events, new_run, run, steps};
+use super::support::{LIMITS, T0, TTL, batch, create, events, new_run, run, steps};
 
 /// Seeds run by default per driver and backend.
 const SEEDS: u64 = 12;
@@ -185,15 +184,7 @@ impl Driver {
                     .collect();
                 let nobody = |_: usize| Vec::new();
                 let outcome = writer
-                    .write_batch(&Batch {
-                        runs: &[],
-                        reports: &items,
-                        claims: std::slice::from_ref(&claim),
-                        limits: LIMITS,
-                        lease_ttl_ms: TTL,
-                        now_ms: now,
-                        handoff: &nobody,
-                    })
+                    .write_batch(&batch(&items, std::slice::from_ref(&claim), now, &nobody))
                     .await
                     .expect("the batch commits");
                 assert!(outcome.reports.iter().all(|r| *r != Report::Stale), "live leases");

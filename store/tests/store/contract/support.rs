@@ -193,3 +193,13 @@ pub async fn execute_sql(store: &Store, sql: &'static str, binds: &[&str]) -> u6
         }
     }
 }
+
+/// A batch of reports and claims (no new runs) with the suite's limits and lease TTL.
+pub fn batch<'a>(
+    reports: &'a [cairn_store::ReportItem],
+    claims: &'a [ClaimRequest],
+    now_ms: i64,
+    handoff: cairn_store::Handoff<'a>,
+) -> cairn_store::Batch<'a> {
+    cairn_store::Batch { runs: &[], reports, claims, limits: LIMITS, lease_ttl_ms: TTL, now_ms, handoff }
+}

@@ -8,7 +8,7 @@ use cairn_store::Batch;
 use cairn_store::{BatchOutcome, BatchWriter, ClaimRequest, Lease, Report, ReportItem, ReportKind, Store};
 use serde_json::{Value, json};
 
-use super::support::{LIMITS, T0, TTL, create, events, new_run, noop, run, steps, submit};
+use super::support::{LIMITS, T0, TTL, batch, create, events, new_run, noop, run, steps, submit};
 
 pub(super) fn complete(lease: &Lease, output: Value) -> ReportItem {
     ReportItem { lease: lease.clone(), kind: ReportKind::Complete(output) }
@@ -166,34 +166,13 @@ async fn a_one_call_that_falls_back_leaves_the_general_path_to_serve_the_oldest_
     submit(&store, "r1", &doc).await;
     let nobody = |_: usize| Vec::new();
     let mut writer = store.batch_writer();
-    let first = writer
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[],
-            claims: &[request(1)],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0,
-            handoff: &nobody,
-        })
-        .await
-        .expect("commits");
+    let first = writer.write_batch(&batch(&[], &[request(1)], T0, &nobody)).await.expect("commits");
     let a = first.claimed[0][0].lease.clone();
     assert_eq!(a.step_id, "a", "the root claim serves `noop` only");
     let both = ClaimRequest { actions: vec!["noop".into(), "sleep".into()], ..request(1) };
 
-    let outcome = writer
-        .write_batch(&Batch {
-            runs: &[],
-            reports: &[complete(&a, json!({}))],
-            claims: &[both],
-            limits: LIMITS,
-            lease_ttl_ms: TTL,
-            now_ms: T0 + 1,
-            handoff: &nobody,
-        })
-        .await
-        .expect("commits");
+    let outcome =
+        writer.write_batch(&batch(&[complete(&a, json!({}))], &[both], T0 + 1, &nobody)).await.expect("commits");
 
     assert_eq!(outcome.reports, [Report::Succeeded]);
     let claimed: Vec<&str> = outcome.claimed[0].iter().map(|c| c.lease.step_id.as_str()).collect();
