@@ -21,6 +21,7 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 mod databases;
+pub mod endpoint;
 pub mod http;
 pub mod invariants;
 pub mod process;

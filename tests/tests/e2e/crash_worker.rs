@@ -152,8 +152,8 @@ async fn c12a_a_killed_workers_non_idempotent_step_is_outcome_unknown_until_an_o
 
 on_both_backends!(c12b_a_frozen_workers_late_report_is_rejected_after_the_step_ran_elsewhere);
 /// C12 b with real processes: worker A is frozen (`SIGSTOP`, sockets open, no heartbeats) mid-call; its lease
-/// expires, the attempt is failed `lease_lost` and re-run on worker B, and the run succeeds. The endpoint
-/// answers A's call while A is frozen, so A holds a result. After `SIGCONT`, A's late report (or its heartbeat)
+/// expires, the attempt is failed `lease_lost` and re-run on worker B, and the run succeeds. The endpoint holds
+/// A's call until A is frozen and answers it then, so A holds a result. After `SIGCONT`, A's late report (or its heartbeat)
 /// is refused as stale: the run, the step's output (the second call's) and its attempts are unchanged, and
 /// nothing runs a third time.
 async fn c12b_a_frozen_workers_late_report_is_rejected_after_the_step_ran_elsewhere(backend: Backend) {
@@ -162,13 +162,14 @@ async fn c12b_a_frozen_workers_late_report_is_rejected_after_the_step_ran_elsewh
     let orchestrator = Orchestrator::start(backend, dir.path(), TTL_MS).await;
     let plan = json!({"steps": [
         {"id": "fetch", "action": "http.request", "idempotent": true, "timeout_ms": 60000, "retry": retry(3),
-         "args": {"method": "GET", "url": format!("{}/slow?ms=1000&then=0", endpoint.url())}},
+         "args": {"method": "GET", "url": format!("{}/slow?ms=held&then=0", endpoint.url())}},
         {"id": "after", "action": "noop", "depends_on": ["fetch"],
          "args": {"slow_call": "$fetch.output.body.slow_call"}}
     ]});
     let (run_id, a, _b) = a_is_calling(&orchestrator, &endpoint, plan).await;
 
     a.freeze();
+    endpoint.release();
     let run = orchestrator.wait_run(&run_id, "it finishes", LIMIT, finished).await;
     assert_eq!(run["status"], "succeeded", "{backend:?}: {run:#}");
     let fetch = step(&run, "fetch");
