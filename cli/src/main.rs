@@ -70,10 +70,13 @@ enum Command {
     Approve(command::runs::StepArgs),
     /// Reject a step waiting for approval.
     Reject(command::runs::StepArgs),
-    /// Run a step in `outcome_unknown` again.
-    Retry(command::runs::StepArgs),
+    /// Run a failed step again with a fresh attempt budget (its run reopens), or an `outcome_unknown` one;
+    /// optionally with repaired args.
+    Retry(command::runs::RetryArgs),
     /// Skip a step in `outcome_unknown`.
     Skip(command::runs::StepArgs),
+    /// Fail a step in `outcome_unknown`.
+    Fail(command::runs::StepArgs),
     /// Cron schedules: create, list, show, pause, resume, delete, and preview fire times (`next`).
     Schedule(command::schedule::Args),
     /// List steps waiting for approval across runs.
@@ -125,8 +128,9 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Cancel(args) => command::runs::cancel(args, &settings).await,
             Command::Approve(args) => command::runs::decide("approve", args, &settings).await,
             Command::Reject(args) => command::runs::decide("reject", args, &settings).await,
-            Command::Retry(args) => command::runs::decide("retry", args, &settings).await,
+            Command::Retry(args) => command::runs::retry(args, &settings).await,
             Command::Skip(args) => command::runs::decide("skip", args, &settings).await,
+            Command::Fail(args) => command::runs::decide("fail", args, &settings).await,
             Command::Worker(args) => command::worker::run(args, &settings).await,
             Command::Bench(args) => command::bench::run(args).await,
             Command::Schedule(args) => command::schedule::run(args, &settings).await,

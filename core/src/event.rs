@@ -36,6 +36,8 @@ pub enum EventKind {
     RunFailed,
     /// An operator cancelled the run.
     RunCancelled,
+    /// A finished run goes on: an operator retried one of its failed steps.
+    RunReopened,
     /// A step may be claimed (now or at `available_at`).
     StepReady,
     /// A worker leased a step.
@@ -68,7 +70,9 @@ pub enum EventKind {
     StepEventReceived,
     /// An `event.wait` step's wait timed out.
     StepEventTimedOut,
-    /// An operator made an `outcome_unknown` step ready again.
+    /// A skipped step will be decided again: a step it depends on was retried.
+    StepReopened,
+    /// An operator ran an `outcome_unknown` or `failed` step again (`by`, `reason`, `args_revision`).
     OperatorRetry,
     /// An operator skipped an `outcome_unknown` step.
     OperatorSkip,

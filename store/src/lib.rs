@@ -45,6 +45,7 @@ pub mod model;
 mod peers;
 mod postgres;
 mod read;
+mod reopen_tx;
 mod rows;
 mod runs_tx;
 mod sql;
@@ -127,8 +128,10 @@ macro_rules! in_tx {
 }
 
 // Durable waiting; declared after `in_tx!` so they can use it.
+mod repair;
 mod wait_tx;
 mod waiting;
+pub use repair::{RetryOutcome, StepRetry};
 pub use waiting::{
     ApprovalOutcome, Delivery, FireOutcome, NewEvent, NewSchedule, PendingApproval, ScheduleFire, ScheduleRecord,
     ScheduleTick, TickRun, WAIT_OWNER,

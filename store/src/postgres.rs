@@ -87,7 +87,7 @@ const CLAIM: &str = concat!(
        updated_at = $2 \
      FROM picked WHERE s.run_id = picked.run_id AND s.step_id = picked.step_id \
      RETURNING s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms, s.deadline_at, \
-       s.checkpoint, s.available_at, s.lease_id, s.successor_action, s.child_count), \
+       s.checkpoint, s.available_at, s.lease_id, s.successor_action, s.child_count, s.args_revision), \
      opened AS (INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status, started_at) \
        SELECT run_id, step_id, attempt, lease_id, action, $1, 'running', $2 FROM leased), \
      started AS (UPDATE runs SET status = 'running', updated_at = $2 \
@@ -104,7 +104,7 @@ const CLAIM: &str = concat!(
     lock_runs!("SELECT run_id FROM leased UNION SELECT unnest($6::text[])"),
     " ORDER BY n) \
      SELECT run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, checkpoint, \
-       available_at, successor_action, child_count FROM leased ORDER BY available_at, run_id, step_id"
+       available_at, successor_action, child_count, args_revision FROM leased ORDER BY available_at, run_id, step_id"
 );
 
 /// Marks many steps succeeded under their leases and closes their attempts: one statement whose text does not

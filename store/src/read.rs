@@ -98,6 +98,16 @@ impl Store {
         rows.into_iter().map(run_summary).collect()
     }
 
+    /// A run's plan as submitted (JSON), or `None` when the run does not exist.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
+    pub async fn run_plan(&self, run_id: &str) -> StoreResult<Option<serde_json::Value>> {
+        let text = on_pool!(self, Db, pool => sqlx::query_scalar::<Db, String>(sql::RUN_PLAN).bind(run_id)
+            .fetch_optional(pool).await?);
+        text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::corrupt("plans.body", e))).transpose()
+    }
+
     /// The steps of a run in plan order.
     ///
     /// # Errors

@@ -35,6 +35,10 @@ pub(crate) struct ClaimedRow {
     /// How many steps depend on this one (`None` only where a statement does not say).
     #[sqlx(default)]
     pub child_count: Option<i64>,
+    /// How many times an operator repaired its args (0 where a statement does not say: the PostgreSQL fast
+    /// path leaves a step with repaired args to the general claim).
+    #[sqlx(default)]
+    pub args_revision: i64,
 }
 
 /// A running step with what deciding its failure needs.
@@ -43,6 +47,8 @@ pub(crate) struct LeasedRow {
     pub run_id: String,
     pub step_id: String,
     pub attempt: i64,
+    /// The attempts used before an operator last retried the step (its budget counts from there).
+    pub attempt_base: i64,
     pub action: String,
     pub idempotent: i64,
     pub retry: String,

@@ -22,7 +22,8 @@
 macro_rules! expired_select {
     ($tail:literal) => {
         concat!(
-            "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, started_at, deadline_at, ",
+            "SELECT run_id, step_id, attempt, attempt_base, action, idempotent, retry, lease_owner, started_at, ",
+            "deadline_at, ",
             "heartbeat_timeout_ms, lease_expires_at FROM steps WHERE status = 'running' AND lease_expires_at <= $1 ",
             "AND (deadline_at IS NULL OR lease_expires_at < deadline_at OR deadline_at + timeout_ms / 10 <= $1) ",
             "ORDER BY lease_expires_at ",
@@ -31,6 +32,9 @@ macro_rules! expired_select {
     };
 }
 pub(crate) use expired_select;
+
+/// A run's plan. Index: `runs` PK, `plans` PK.
+pub(crate) const RUN_PLAN: &str = "SELECT p.body FROM runs r JOIN plans p ON p.id = r.plan_id WHERE r.id = $1";
 
 /// Run by idempotency key. Index: `runs.idempotency_key` UNIQUE.
 pub(crate) const RUN_BY_KEY: &str = "SELECT r.id, r.plan_id, r.input, p.body FROM runs r \
@@ -56,7 +60,7 @@ pub(crate) const RUN_MARK_RUNNING: &str =
     "UPDATE runs SET status = 'running', updated_at = $2 WHERE id = $1 AND (status = 'pending') IS TRUE";
 
 /// The running step under a lease. Index: `steps` PK.
-pub(crate) const STEP_LEASED: &str = "SELECT run_id, step_id, attempt, action, idempotent, retry, lease_owner, \
+pub(crate) const STEP_LEASED: &str = "SELECT run_id, step_id, attempt, attempt_base, action, idempotent, retry, lease_owner, \
      started_at, deadline_at, heartbeat_timeout_ms, lease_expires_at FROM steps \
      WHERE run_id = $1 AND step_id = $2 AND attempt = $3 AND (status = 'running') IS TRUE";
 
@@ -183,8 +187,8 @@ pub(crate) const RUN_FINISH: &str = "UPDATE runs SET status = $2, failure = $3, 
 pub(crate) const RUN_INPUT: &str = "SELECT input FROM runs WHERE id = $1";
 
 /// Request cancellation of a run. Locks the run row.
-pub(crate) const RUN_CANCEL: &str = "UPDATE runs SET status = 'cancelled', cancel_requested = 1, finished_at = $2, \
-     updated_at = $2 WHERE id = $1 AND (status IN ('pending', 'running')) IS TRUE";
+pub(crate) const RUN_CANCEL: &str = "UPDATE runs SET status = 'cancelled', cancel_requested = 1, open_steps = 0, \
+     finished_at = $2, updated_at = $2 WHERE id = $1 AND (status IN ('pending', 'running')) IS TRUE";
 
 /// Cancel every open step of a run, including ready steps waiting on a timer or a retry backoff and running steps
 /// (their leases end: late reports are ignored, heartbeats answer "gone"). Index: `steps` PK prefix.

@@ -42,7 +42,7 @@ const CLAIM: &str = "UPDATE steps SET status = 'running', attempt = attempt + 1,
      WHERE rowid IN (SELECT rowid FROM steps WHERE status = 'ready' AND available_at <= $2 \
        AND action IN (SELECT value FROM json_each($4)) ORDER BY available_at LIMIT $5 + 0) \
      RETURNING run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, checkpoint, \
-     available_at, successor_action, child_count";
+     available_at, successor_action, child_count, args_revision";
 
 /// Extends a lease, never past the attempt deadline. Index: `steps` PK.
 const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \

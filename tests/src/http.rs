@@ -386,7 +386,12 @@ pub struct CairnOutput {
 
 /// Runs `cairn ARGS` in `dir` to completion (at most 60 s) and returns its output.
 pub async fn cairn(dir: &Path, args: &[&str]) -> CairnOutput {
-    let mut command = tokio::process::Command::from(command(dir, args, &[]));
+    cairn_with(dir, args, &[]).await
+}
+
+/// [`cairn`] with these environment variables set (`CAIRN_API_TOKEN`, say).
+pub async fn cairn_with(dir: &Path, args: &[&str], envs: &[(&str, String)]) -> CairnOutput {
+    let mut command = tokio::process::Command::from(command(dir, args, envs));
     command.stdin(Stdio::null()).kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(60), command.output())
         .await

@@ -1,5 +1,5 @@
 //! Client commands over the REST API: `submit`, `runs`, `show`, `logs`, `cancel`, `approve`, `reject`, `retry`,
-//! `skip`, and the printing they share with `run`.
+//! `skip`, `fail`, and the printing they share with `run`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -262,10 +262,44 @@ pub struct StepArgs {
     target: Target,
 }
 
-/// `cairn approve|reject|retry|skip RUN STEP`.
+/// `cairn approve|reject|skip|fail RUN STEP`.
 pub async fn decide(verb: &str, args: &StepArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    step_verb(verb, args, json!({"by": args.by}), settings).await
+}
+
+/// Arguments of `cairn retry`.
+#[derive(clap::Args, Debug)]
+pub struct RetryArgs {
+    #[command(flatten)]
+    step: StepArgs,
+    /// Repaired args replacing the step's: JSON, or `@FILE` (JSON or YAML). The step then gets a new idempotency
+    /// key (`<run>/<step>/<revision>`).
+    #[arg(long, value_name = "JSON|@FILE")]
+    args: Option<String>,
+    /// Why (recorded in the history).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+/// `cairn retry RUN STEP [--args …] [--reason …]`: a failed step runs again with a fresh attempt budget (its run
+/// reopens); an `outcome_unknown` one gets a new attempt.
+pub async fn retry(args: &RetryArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let mut body = json!({"by": args.step.by});
+    if let Some(text) = &args.args {
+        body["args"] = match text.strip_prefix('@') {
+            Some(file) => read_plan(Path::new(file))?,
+            None => document::parse(text, Format::Json).map_err(|f| anyhow::anyhow!("--args: {}", f.message))?,
+        };
+    }
+    if let Some(reason) = &args.reason {
+        body["reason"] = json!(reason);
+    }
+    step_verb("retry", &args.step, body, settings).await
+}
+
+async fn step_verb(verb: &str, args: &StepArgs, body: Value, settings: &Settings) -> anyhow::Result<ExitCode> {
     let path = format!("/v1/runs/{}/steps/{}:{verb}", args.run, args.step);
-    let run = args.target.client(settings)?.post(&path, Some(&json!({"by": args.by}))).await?;
+    let run = args.target.client(settings)?.post(&path, Some(&body)).await?;
     let step = run["steps"].as_array().into_iter().flatten().find(|s| s["id"] == args.step.as_str());
     out!("step {}: {}", args.step, step.and_then(|s| s["status"].as_str()).unwrap_or("?"));
     Ok(ExitCode::SUCCESS)

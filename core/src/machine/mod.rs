@@ -9,6 +9,8 @@
 //!   ends, from the counters a store keeps on its row ([`RunCounters`], changed by [`StepsClosed`]).
 //! - [`OperatorAction::rule`]: what an operator's retry, skip or fail does to a parked step, and which approval
 //!   end an approve or reject is.
+//! - [`reopen`]: what running failed or cancelled steps again (an operator's retry, a redrive) opens again,
+//!   and how the run's counters take them back.
 //! - [`RunGraph`]: a whole run in memory; [`RunGraph::apply`] takes an [`Event`] and returns the
 //!   [`Transition`]s it causes, cascading readiness, `when` and skip propagation level by level, in the order of
 //!   the stores' events. The stores apply the same [`decide`] incrementally against the database; `RunGraph` is
@@ -46,7 +48,8 @@ pub enum AfterFailure {
 pub struct FailedAttempt<'a> {
     /// The step's retry policy.
     pub policy: &'a RetryPolicy,
-    /// The attempt that failed, 1-based.
+    /// The attempt that failed, 1-based, counted within the step's attempt budget: an operator's retry of a
+    /// failed step ([`reopen`]) starts a fresh budget, so its first new attempt counts as 1 again.
     pub attempt: u32,
     /// Whether the step is idempotent.
     pub idempotent: bool,
@@ -173,6 +176,7 @@ pub enum Transition {
 
 mod decide;
 mod operator;
+mod reopen;
 mod run_end;
 mod run_graph;
 
@@ -180,5 +184,6 @@ pub use decide::{
     ApprovalEnd, Decision, Next, SkipReason, StepRules, WhenPending, after_approval, decide, starts_itself,
 };
 pub use operator::{OperatorAction, OperatorRule};
+pub use reopen::{ReopenRefused, Reopened, Reopening, RunStep, reopen, reopenable};
 pub use run_end::{RunCounters, StepsClosed, run_end};
 pub use run_graph::RunGraph;

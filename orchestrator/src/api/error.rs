@@ -104,6 +104,26 @@ impl From<SubmitError> for ApiError {
     }
 }
 
+impl From<crate::engine::RetryError> for ApiError {
+    fn from(e: crate::engine::RetryError) -> Self {
+        use crate::engine::RetryError;
+        match e {
+            RetryError::InvalidArgs(diagnostics) => {
+                let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+                let message = format!("the repaired args are invalid: {errors} error(s)");
+                let mut err = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_args", message);
+                err.details = json!({"diagnostics": diagnostics});
+                err
+            }
+            RetryError::NotFound => ApiError::not_found("run or step"),
+            RetryError::WrongState(_) | RetryError::RunCancelled => {
+                ApiError::new(StatusCode::CONFLICT, "wrong_state", e.to_string())
+            }
+            RetryError::Store(e) => e.into(),
+        }
+    }
+}
+
 impl From<PlannerError> for ApiError {
     fn from(e: PlannerError) -> Self {
         match e {

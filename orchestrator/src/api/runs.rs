@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::body::StrictJson;
 use super::error::ApiError;
+use crate::engine::RetryRequest;
 use crate::submit::SubmitRequest;
 use crate::view::{detail_view, run_view};
 
@@ -145,6 +146,13 @@ pub(super) struct DecisionBody {
     /// Who decided (recorded in the run history).
     #[serde(default)]
     by: Option<String>,
+    /// Why (recorded in the run history; `retry` only).
+    #[serde(default)]
+    reason: Option<String>,
+    /// Repaired args replacing the step's (`retry` only), validated against the action's schema and the plan's
+    /// references.
+    #[serde(default)]
+    args: Option<Value>,
 }
 
 /// `POST /v1/runs/{id}/steps/{step}:approve|:reject|:retry|:skip|:fail`.
@@ -173,6 +181,24 @@ pub(super) async fn step_action(
     };
     let by = decision.by.unwrap_or_else(|| "api".into());
     cairn_core::text::OPERATOR_NOTE.check(&by)?;
+    if let Some(reason) = &decision.reason {
+        cairn_core::text::OPERATOR_NOTE.check(reason)?;
+    }
+    if action == OperatorAction::Retry {
+        let retry = RetryRequest {
+            run_id: &id,
+            step_id: step,
+            args: decision.args.as_ref(),
+            by: &by,
+            reason: decision.reason.as_deref(),
+        };
+        state.engine.retry_step(retry).await?;
+        let view = run_view(&state.engine, &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+        return Ok(Json(view).into_response());
+    }
+    if decision.args.is_some() || decision.reason.is_some() {
+        return Err(ApiError::bad_request(format!("`args` and `reason` apply to retry only, not to {verb}")));
+    }
     if matches!(action, OperatorAction::Approve | OperatorAction::Reject) {
         // Approvals check the approval deadline (contract §10, "Waiting"): a decision after it is refused.
         let approve = action == OperatorAction::Approve;

@@ -12,7 +12,10 @@
 mod commit;
 mod peers;
 mod reap_grace;
+mod repair;
 mod waiters;
+
+pub use repair::{RetryError, RetryRequest};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -79,6 +79,27 @@ def test_approve_reject_and_wait_timeout(general_worker: WorkerProc, client: cai
         client.skip(run.id, "a")
 
 
+def test_retry_of_a_failed_step_with_repaired_args(general_worker: WorkerProc, client: cairn.Client) -> None:
+    w = general_worker
+    plan = {"steps": [
+        {"id": "a", "action": w.a("greet"), "args": {"name": "a"}},
+        {"id": "b", "action": w.a("missing"), "depends_on": ["a"], "args": {"id": 7}},
+    ]}
+    run = client.submit(plan)
+    failed = client.wait(run.id, timeout=30)
+    assert failed.status == "failed" and failed.step("b").error.details == {"customer": 7}
+    retried = client.retry(run.id, "b", by="ops", reason="wrong customer", args={"id": 8})
+    assert retried.status == "running"
+    final = wait_run(client, run.id, "the retried step fails again",
+                     lambda r: r.status == "failed" and r.step("b").attempts == 2)
+    assert final.step("b").error.details == {"customer": 8}, "the repaired args ran"
+    assert final.step("a").attempts == 1, "the succeeded step never ran again"
+    kinds = [e.kind for e in client.events(run.id)]
+    assert "run_reopened" in kinds and "operator_retry" in kinds
+    with pytest.raises(cairn.Conflict):
+        client.retry(run.id, "a")
+
+
 def test_idempotency_keys(general_worker: WorkerProc, client: cairn.Client) -> None:
     key = f"order-{free_port()}-{id(client)}"
     first = client.submit(greet_plan(general_worker), idempotency_key=key)

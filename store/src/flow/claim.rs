@@ -68,13 +68,19 @@ pub(crate) fn lease_of(row: &ClaimedRow, worker_id: &str) -> StoreResult<Lease> 
     })
 }
 
+/// A step's idempotency key (contract §6): `<run>/<step>`, the same for every attempt and every retry with the
+/// plan's args; `<run>/<step>/<revision>` once an operator repaired its args, a different request.
+pub(crate) fn idempotency_key(run_id: &str, step_id: &str, args_revision: i64) -> String {
+    if args_revision == 0 { format!("{run_id}/{step_id}") } else { format!("{run_id}/{step_id}/{args_revision}") }
+}
+
 pub(crate) fn claimed(row: ClaimedRow, lease: Lease, args: Value, now_ms: i64) -> StoreResult<Claimed> {
     let checkpoint = match row.checkpoint.as_deref() {
         Some(text) => Some(serde_json::from_str(text).map_err(|e| StoreError::corrupt("steps.checkpoint", e))?),
         None => None,
     };
     Ok(Claimed {
-        idempotency_key: format!("{}/{}", row.run_id, row.step_id),
+        idempotency_key: idempotency_key(&row.run_id, &row.step_id, row.args_revision),
         lease,
         action: row.action,
         args,

@@ -109,13 +109,13 @@ async fn fail_row<T: StepTx>(
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<Report> {
     let policy: RetryPolicy = serde_json::from_str(&row.retry).map_err(|e| StoreError::corrupt("steps.retry", e))?;
-    let decision = after_failure(
-        FailedAttempt { policy: &policy, attempt: lease.attempt, idempotent: row.idempotent != 0, failure },
-        sample,
-    );
+    // Counted within the step's attempt budget: an operator's retry starts a fresh one.
+    let attempt = u32::try_from(i64::from(lease.attempt) - row.attempt_base).unwrap_or(lease.attempt);
+    let decision =
+        after_failure(FailedAttempt { policy: &policy, attempt, idempotent: row.idempotent != 0, failure }, sample);
     let mut record = failure_record(lease, row, failure, now);
-    if decision == AfterFailure::Fail && failure.retryable && lease.attempt >= policy.max_attempts {
-        record.message = format!("{} (retries exhausted after {} attempts)", record.message, lease.attempt);
+    if decision == AfterFailure::Fail && failure.retryable && attempt >= policy.max_attempts {
+        record.message = format!("{} (retries exhausted after {attempt} attempts)", record.message);
     }
     if decision == AfterFailure::OutcomeUnknown {
         record.suggestion = cairn_core::failure::Suggestion::AskUser;

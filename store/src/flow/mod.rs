@@ -17,6 +17,7 @@ pub(crate) mod claim;
 pub(crate) mod control;
 pub(crate) mod event_wait;
 pub(crate) mod finish;
+pub(crate) mod retry;
 pub(crate) mod schedule;
 pub(crate) mod settle;
 pub(crate) mod submit;

@@ -215,6 +215,8 @@ impl CallStep {
             available_at: self.available_at,
             successor_action: self.successor_action,
             child_count: self.child_count,
+            // The function leaves steps with repaired args to the general path.
+            args_revision: 0,
         };
         let args = serde_json::from_str(&row.args).map_err(|e| StoreError::corrupt("steps.args", e))?;
         let lease = claim::lease_of(&row, worker_id)?;

@@ -2,8 +2,8 @@
 //! the attempt ran forever. Real processes: `cairn serve`, a real `cairn worker`, and a local service that never
 //! answers `/slow`. Each of the three attempts times out on its own, about 2 s after it started (the worker
 //! enforces `timeout_ms`), with its own attempt number in its failure record; then the step and the run fail
-//! and nothing is left running. Variants b and c are in `cases_d14_d15_leases.rs`; variant d needs retrying a
-//! failed step, which Cairn does not offer yet (issue "Operators").
+//! and nothing is left running. Variants b and c are in `cases_d14_d15_leases.rs`; variant d (the retry of the
+//! failed step) in `repair_retry.rs`.
 
 #![allow(clippy::unwrap_used)]
 

@@ -63,6 +63,9 @@ mod observability_auth_failures;
 mod observability_metrics;
 mod observability_otlp_grpc;
 
+// Repairing a run: retrying failed steps, with repaired args.
+mod repair_retry;
+
 // Signals that stop `cairn serve` and `cairn dev`.
 mod shutdown_signals;
 

@@ -52,6 +52,12 @@ def _unreachable(url: str, e: Exception) -> Unavailable:
     return Unavailable(0, "unreachable", f"cannot reach the Cairn API at {url}: {e}")
 
 
+def _decision(by: Optional[str], **extra: Any) -> Optional[dict]:
+    """The body of a step decision: ``by`` and any of ``extra`` given (``None`` values left out)."""
+    body = {k: v for k, v in {"by": by, **extra}.items() if v is not None}
+    return body or None
+
+
 def _seg(value: str) -> str:
     return quote(value, safe="")
 
@@ -256,8 +262,9 @@ class Client(_Common):
         :class:`cairn.Conflict` (``already_finished``) for a finished run."""
         return Run.model_validate(self._request("POST", f"/v1/runs/{_seg(run_id)}:cancel"))
 
-    def _decide(self, run_id: str, step_id: str, verb: str, by: Optional[str]) -> Run:
-        body = {"by": by} if by else None
+    def _decide(self, run_id: str, step_id: str, verb: str, by: Optional[str],
+                **extra: Any) -> Run:
+        body = _decision(by, **extra)
         return Run.model_validate(
             self._request("POST", f"/v1/runs/{_seg(run_id)}/steps/{_seg(step_id)}:{verb}", body))
 
@@ -269,9 +276,13 @@ class Client(_Common):
         """Rejects a step in ``waiting_approval``."""
         return self._decide(run_id, step_id, "reject", by)
 
-    def retry(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
-        """Runs an ``outcome_unknown`` step again."""
-        return self._decide(run_id, step_id, "retry", by)
+    def retry(self, run_id: str, step_id: str, by: Optional[str] = None, *, args: Any = None,
+              reason: Optional[str] = None) -> Run:
+        """Runs a ``failed`` step again with a fresh attempt budget (its run reopens and the dependents it
+        skipped are decided again; succeeded steps keep their outputs), or an ``outcome_unknown`` one.
+        ``args`` replaces the step's args (validated like a plan; the step then gets a new idempotency key);
+        ``reason`` is recorded in the history."""
+        return self._decide(run_id, step_id, "retry", by, args=args, reason=reason)
 
     def skip(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
         """Skips an ``outcome_unknown`` step."""
@@ -475,8 +486,9 @@ class AsyncClient(_Common):
         """See :meth:`Client.cancel`."""
         return Run.model_validate(await self._request("POST", f"/v1/runs/{_seg(run_id)}:cancel"))
 
-    async def _decide(self, run_id: str, step_id: str, verb: str, by: Optional[str]) -> Run:
-        body = {"by": by} if by else None
+    async def _decide(self, run_id: str, step_id: str, verb: str, by: Optional[str],
+                      **extra: Any) -> Run:
+        body = _decision(by, **extra)
         path = f"/v1/runs/{_seg(run_id)}/steps/{_seg(step_id)}:{verb}"
         return Run.model_validate(await self._request("POST", path, body))
 
@@ -488,9 +500,10 @@ class AsyncClient(_Common):
         """See :meth:`Client.reject`."""
         return await self._decide(run_id, step_id, "reject", by)
 
-    async def retry(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
+    async def retry(self, run_id: str, step_id: str, by: Optional[str] = None, *, args: Any = None,
+                    reason: Optional[str] = None) -> Run:
         """See :meth:`Client.retry`."""
-        return await self._decide(run_id, step_id, "retry", by)
+        return await self._decide(run_id, step_id, "retry", by, args=args, reason=reason)
 
     async def skip(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
         """See :meth:`Client.skip`."""

@@ -62,7 +62,7 @@ BEGIN
         AND s.step_id = ANY (ARRAY(SELECT e.child FROM step_edges e WHERE e.run_id = p_run_id AND e.parent = p_step_id))
         AND s.pending_deps = 1 AND s.dep_count = 1 AND s.starts_itself = 1
         AND (s.not_before_at IS NULL OR s.not_before_at <= p_now) AND s.action = ANY (p_actions)
-        AND strpos(s.args, '$') = 0
+        AND strpos(s.args, '$') = 0 AND s.args_revision = 0
     RETURNING s.* INTO v_child;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'cairn: the dependent needs the general path' USING ERRCODE = 'CRN01';

@@ -149,7 +149,8 @@ BEGIN
                 updated_at = p_now
                 FROM picked WHERE s.run_id = picked.run_id AND s.step_id = picked.step_id
                 RETURNING s.run_id, s.step_id, s.attempt, s.action, s.args, s.timeout_ms, s.heartbeat_timeout_ms,
-                    s.deadline_at, s.checkpoint, s.available_at, s.lease_id, s.successor_action, s.child_count),
+                    s.deadline_at, s.checkpoint, s.available_at, s.lease_id, s.successor_action, s.child_count,
+                    s.args_revision),
             opened AS (INSERT INTO attempts (run_id, step_id, attempt, lease_id, action, worker_id, status,
                     started_at)
                 SELECT l.run_id, l.step_id, l.attempt, l.lease_id, l.action, v_worker, 'running', p_now
@@ -175,11 +176,16 @@ BEGIN
                     FOR NO KEY UPDATE) AS k) AS lk
                 ORDER BY e.n)
             SELECT l.run_id, l.step_id, l.attempt, l.action, l.args, l.timeout_ms, l.heartbeat_timeout_ms,
-                l.deadline_at, l.checkpoint, l.available_at, l.successor_action, l.child_count FROM leased l
+                l.deadline_at, l.checkpoint, l.available_at, l.successor_action, l.child_count, l.args_revision
+            FROM leased l
             ORDER BY l.available_at, l.run_id, l.step_id
         LOOP
             IF strpos(v_row.args, '$') <> 0 THEN
                 RAISE EXCEPTION 'cairn: a leased step may hold a placeholder' USING ERRCODE = 'CRN01';
+            END IF;
+            -- Args an operator repaired come with the revised idempotency key, which the general path gives.
+            IF v_row.args_revision <> 0 THEN
+                RAISE EXCEPTION 'cairn: a leased step has repaired args' USING ERRCODE = 'CRN01';
             END IF;
             claim_group := g;
             run_id := v_row.run_id;

@@ -5,7 +5,7 @@
 //! Rust must decide.
 
 use cairn_core::failure::Failure;
-use cairn_store::{BatchWriter, ClaimRequest, Lease, NewRun, Report, ReportItem, ReportKind, Store};
+use cairn_store::{BatchWriter, ClaimRequest, Lease, NewRun, Report, ReportItem, ReportKind, StepRetry, Store};
 use serde_json::json;
 
 use super::support::{T0, create, events, new_run, noop, run, status, steps, submit};
@@ -186,6 +186,30 @@ async fn a_leaf_batch_whose_claim_meets_a_placeholder_falls_back_and_then_pauses
     assert_eq!(run(&store, "r1").await.status, "succeeded");
 }
 
+async fn a_leaf_batch_whose_claim_meets_repaired_args_falls_back_and_the_claim_has_the_revised_key(store: Store) {
+    submit(&store, "r1", &steps(vec![noop("a", &[], json!({}))])).await;
+    let mut writer = store.batch_writer();
+    let first = write(&store, Some(&mut writer), &[], &[request(1)], T0).await;
+    let a = first.claimed[0][0].lease.clone();
+    let once = json!({"id": "q", "action": "noop", "args": {"v": 1}, "retry": {"max_attempts": 1}});
+    create(&store, &NewRun { now_ms: T0 + 1, ..new_run("r2", &steps(vec![once])) }).await;
+    let q = write(&store, None, &[], &[request(1)], T0 + 1).await.claimed[0][0].lease.clone();
+    store.fail(&q, &Failure::new("action_error", "boom", true), 0.0, T0 + 1).await.expect("fail");
+    let repaired = json!({"v": 2});
+    let retry =
+        StepRetry { run_id: "r2", step_id: "q", args: Some(&repaired), by: "ops", reason: None, now_ms: T0 + 2 };
+    store.step_retry(&retry).await.expect("retry");
+
+    let outcome = write(&store, Some(&mut writer), &[complete(&a, json!({}))], &[request(1)], T0 + 3).await;
+
+    assert_eq!(outcome.reports, [Report::Succeeded]);
+    let claimed = &outcome.claimed[0][0];
+    assert_eq!((claimed.lease.step_id.as_str(), &claimed.args), ("q", &repaired));
+    assert_eq!(claimed.idempotency_key, "r2/q/1", "the general claim gave the revised key");
+    let expected = if postgres(&store) { (0, 1) } else { (0, 0) };
+    assert_eq!(leaf_calls(&writer), expected, "PostgreSQL tried the call, which fell back");
+}
+
 async fn a_leaf_batch_that_ends_a_run_with_a_failed_step_falls_back_and_the_run_fails(store: Store) {
     submit(&store, "r1", &steps(vec![noop("ok", &[], json!({})), noop("bad", &[], json!({}))])).await;
     let mut writer = store.batch_writer();
@@ -281,5 +305,6 @@ contract_tests!(
     leaf_batches_through_the_writer_leave_the_rows_and_events_the_general_path_leaves,
     leaf_batches_of_several_workers_leave_the_rows_and_events_the_general_path_leaves,
     a_leaf_batch_whose_claim_meets_a_placeholder_falls_back_and_then_pauses,
+    a_leaf_batch_whose_claim_meets_repaired_args_falls_back_and_the_claim_has_the_revised_key,
     a_leaf_batch_that_ends_a_run_with_a_failed_step_falls_back_and_the_run_fails,
 );

@@ -1,0 +1,90 @@
+//! Repairing a run without starting over (contract §6, "Repairing a run"): an operator's retry of a failed or
+//! `outcome_unknown` step, optionally with repaired args, which are validated as a submission validates its plan
+//! (the action's schema, the plan's references) before anything changes.
+
+use cairn_core::diagnostic::Diagnostic;
+use cairn_core::state::StepStatus;
+use cairn_core::validate::validate_value;
+use cairn_store::{RetryOutcome, StepRetry, StoreError};
+use serde_json::Value;
+
+use super::Engine;
+
+/// An operator's retry of a step, as asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryRequest<'a> {
+    /// The run.
+    pub run_id: &'a str,
+    /// The step.
+    pub step_id: &'a str,
+    /// Repaired args, replacing the step's (`None`: keep them, and the step's idempotency key).
+    pub args: Option<&'a Value>,
+    /// Who decided.
+    pub by: &'a str,
+    /// Why.
+    pub reason: Option<&'a str>,
+}
+
+/// Why a retry was refused; nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    /// The repaired args do not validate (HTTP 422).
+    #[error("the repaired args are invalid ({} error(s))", .0.iter().filter(|d| d.is_error()).count())]
+    InvalidArgs(Vec<Diagnostic>),
+    /// No such run or step (HTTP 404).
+    #[error("no such run or step")]
+    NotFound,
+    /// The step is neither failed nor `outcome_unknown` (HTTP 409).
+    #[error("the step is {0}; only a failed or outcome_unknown step can be retried")]
+    WrongState(StepStatus),
+    /// The run was cancelled (HTTP 409).
+    #[error("the run was cancelled; redrive it to run its steps again")]
+    RunCancelled,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Engine {
+    /// Retries a step; returns its args revision (0: the plan's args) and the steps opened again.
+    ///
+    /// # Errors
+    /// [`RetryError`].
+    pub async fn retry_step(&self, req: RetryRequest<'_>) -> Result<(i64, Vec<String>), RetryError> {
+        if let Some(args) = req.args {
+            self.check_repaired_args(req.run_id, req.step_id, args).await?;
+        }
+        let retry = StepRetry {
+            run_id: req.run_id,
+            step_id: req.step_id,
+            args: req.args,
+            by: req.by,
+            reason: req.reason,
+            now_ms: self.now_ms(),
+        };
+        match self.inner.store.step_retry(&retry).await? {
+            RetryOutcome::Retried { args_revision, reopened } => {
+                tracing::info!(run_id = req.run_id, step_id = req.step_id, args_revision, "step retried");
+                self.wake();
+                Ok((args_revision, reopened))
+            }
+            RetryOutcome::NoSuchStep => Err(RetryError::NotFound),
+            RetryOutcome::WrongState(status) => Err(RetryError::WrongState(status)),
+            RetryOutcome::RunCancelled => Err(RetryError::RunCancelled),
+        }
+    }
+
+    /// Validates the run's plan with `args` in place of the step's.
+    async fn check_repaired_args(&self, run_id: &str, step_id: &str, args: &Value) -> Result<(), RetryError> {
+        let mut plan = self.inner.store.run_plan(run_id).await?.ok_or(RetryError::NotFound)?;
+        let step = plan
+            .get_mut("steps")
+            .and_then(Value::as_array_mut)
+            .and_then(|steps| steps.iter_mut().find(|s| s.get("id").and_then(Value::as_str) == Some(step_id)))
+            .ok_or(RetryError::NotFound)?;
+        step["args"] = args.clone();
+        let catalog = self.inner.catalog.snapshot_for(&plan).await;
+        let report = validate_value(&plan, &catalog, &self.inner.config.limits);
+        if report.valid { Ok(()) } else { Err(RetryError::InvalidArgs(report.diagnostics)) }
+    }
+}

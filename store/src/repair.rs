@@ -1,0 +1,56 @@
+//! Repairing a run without starting over (contract §6, "Repairing a run"): an operator's retry of a failed or
+//! `outcome_unknown` step, optionally with repaired args. One transaction each (`flow::retry`).
+
+use cairn_core::state::StepStatus;
+use serde_json::Value;
+
+// `tx`, `StoreResult` and `conflict_pause` are named by `in_tx!`.
+use crate::error::StoreResult;
+use crate::{Store, conflict_pause, flow, tx};
+
+/// An operator's retry of a step.
+#[derive(Debug, Clone, Copy)]
+pub struct StepRetry<'a> {
+    /// The run.
+    pub run_id: &'a str,
+    /// The step: `failed` (it reopens the run) or `outcome_unknown`.
+    pub step_id: &'a str,
+    /// Repaired args (already validated against the action's schema and the plan's references), replacing the
+    /// step's; `None` keeps them and the step's idempotency key.
+    pub args: Option<&'a Value>,
+    /// Who decided (recorded in the run's history).
+    pub by: &'a str,
+    /// Why (recorded in the run's history).
+    pub reason: Option<&'a str>,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// What a [`StepRetry`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryOutcome {
+    /// The step runs again (`reopened`: it and the skipped dependents decided again with it, in plan order); its
+    /// args revision is `args_revision` (0: the plan's args).
+    Retried {
+        /// The step's args revision after the retry.
+        args_revision: i64,
+        /// Steps opened again, the retried one included.
+        reopened: Vec<String>,
+    },
+    /// No such run or step.
+    NoSuchStep,
+    /// The step is neither `failed` nor `outcome_unknown`.
+    WrongState(StepStatus),
+    /// The run was cancelled: a redrive, not a retry, runs its steps again.
+    RunCancelled,
+}
+
+impl Store {
+    /// Retries a step ([`StepRetry`]); nothing changes unless the outcome is [`RetryOutcome::Retried`].
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn step_retry(&self, req: &StepRetry<'_>) -> StoreResult<RetryOutcome> {
+        in_tx!(self, |tx, events| flow::retry::step_retry(&mut tx, req, &mut events).await?)
+    }
+}

@@ -1,0 +1,138 @@
+//! An operator's retry of a failed step (contract §6, "Repairing a run"): the run reopens, the step gets a fresh
+//! attempt budget, the dependents it skipped are decided again, succeeded steps never run again; repaired args
+//! replace the step's and give it a new idempotency key. Every finished run has no open step.
+
+use cairn_core::state::{RunStatus, StepStatus};
+use cairn_store::{Claimed, Report, RetryOutcome, StepRetry, Store};
+use serde_json::{Value, json};
+
+use super::support::{T0, action_error, claim, claim_one, complete, events, noop, run, status, step, steps, submit};
+
+fn retry<'a>(step_id: &'a str, args: Option<&'a Value>, now_ms: i64) -> StepRetry<'a> {
+    StepRetry { run_id: "r1", step_id, args, by: "alice", reason: Some("endpoint fixed"), now_ms }
+}
+
+fn once() -> Value {
+    json!({"max_attempts": 2, "initial_interval_ms": 1000, "jitter": "none"})
+}
+
+/// Runs `a` (succeeds) and fails `b` until its two attempts are spent; `c` depends on `b`.
+async fn a_then_b_fails(store: &Store) {
+    let doc = steps(vec![
+        noop("a", &[], json!({})),
+        json!({"id": "b", "action": "noop", "depends_on": ["a"], "args": {"v": "$a.output.v"}, "retry": once()}),
+        noop("c", &["b"], json!({})),
+    ]);
+    submit(store, "r1", &doc).await;
+    let a = claim_one(store, T0).await;
+    assert_eq!(complete(store, &a.lease, &json!({"v": 1}), T0).await, Report::Succeeded);
+    for (n, at) in [(1, T0 + 10), (2, T0 + 1_010)] {
+        let b = claim_one(store, at).await;
+        assert_eq!((b.lease.step_id.as_str(), b.lease.attempt), ("b", n));
+        store.fail(&b.lease, &action_error("upstream 503"), 0.0, at).await.expect("fail");
+    }
+    assert_eq!(status(store, "r1", "b").await, "failed");
+    assert_eq!(status(store, "r1", "c").await, "skipped");
+    assert_eq!(run(store, "r1").await.status, RunStatus::Failed);
+}
+
+fn claimed_ids(claimed: &[Claimed]) -> Vec<&str> {
+    claimed.iter().map(|c| c.lease.step_id.as_str()).collect()
+}
+
+async fn a_retried_failed_step_reopens_its_run_with_a_fresh_budget_and_no_succeeded_step_runs_again(store: Store) {
+    a_then_b_fails(&store).await;
+    let outcome = store.step_retry(&retry("b", None, T0 + 5_000)).await.expect("retry");
+    assert_eq!(outcome, RetryOutcome::Retried { args_revision: 0, reopened: vec!["b".into(), "c".into()] });
+    let reopened = run(&store, "r1").await;
+    assert_eq!((reopened.status, reopened.open_steps, reopened.failure), (RunStatus::Running, 2, None));
+    assert_eq!(status(&store, "r1", "c").await, "pending", "the dependent b skipped is decided again");
+
+    let third = claim(&store, T0 + 5_000).await;
+    assert_eq!(claimed_ids(&third), ["b"], "only b runs: a keeps its output");
+    let b = &third[0];
+    assert_eq!((b.lease.attempt, b.idempotency_key.as_str()), (3, "r1/b"), "same args, same key");
+    assert_eq!(b.args, json!({"v": 1}), "its placeholders still resolve from a's output");
+    store.fail(&b.lease, &action_error("upstream 503"), 0.0, T0 + 5_010).await.expect("fail");
+    assert_eq!(status(&store, "r1", "b").await, "ready", "attempt 3 is the first of a fresh budget of 2: retried");
+    let b = claim_one(&store, T0 + 6_010).await;
+    assert_eq!(complete(&store, &b.lease, &json!({}), T0 + 6_010).await, Report::Succeeded);
+    let c = claim_one(&store, T0 + 6_020).await;
+    assert_eq!(c.lease.step_id, "c");
+    assert_eq!(complete(&store, &c.lease, &json!({}), T0 + 6_020).await, Report::Succeeded);
+
+    let done = run(&store, "r1").await;
+    assert_eq!((done.status, done.open_steps), (RunStatus::Succeeded, 0));
+    assert_eq!(step(&store, "r1", "a").await.attempts, 1, "a succeeded once and never ran again");
+    let history: Vec<(String, Option<String>)> = events(&store, "r1")
+        .await
+        .into_iter()
+        .filter(|e| ["run_reopened", "operator_retry", "step_reopened"].contains(&e.kind.as_str()))
+        .map(|e| (e.kind.to_string(), e.step_id))
+        .collect();
+    let expected = [("run_reopened", None), ("operator_retry", Some("b")), ("step_reopened", Some("c"))];
+    assert_eq!(history, expected.map(|(k, s)| (k.to_owned(), s.map(str::to_owned))));
+    let retried = events(&store, "r1").await.into_iter().find(|e| e.kind == "operator_retry").expect("recorded");
+    assert_eq!(retried.data, json!({"by": "alice", "reason": "endpoint fixed", "args_revision": 0}));
+}
+
+async fn repaired_args_replace_the_steps_args_and_give_it_a_new_idempotency_key(store: Store) {
+    a_then_b_fails(&store).await;
+    let args = json!({"v": 42});
+    let outcome = store.step_retry(&retry("b", Some(&args), T0 + 5_000)).await.expect("retry");
+    assert!(matches!(outcome, RetryOutcome::Retried { args_revision: 1, .. }), "{outcome:?}");
+    let b = claim_one(&store, T0 + 5_000).await;
+    assert_eq!((b.args.clone(), b.idempotency_key.as_str()), (args, "r1/b/1"));
+    store.fail(&b.lease, &action_error("still down"), 0.0, T0 + 5_010).await.expect("fail");
+    let again = claim_one(&store, T0 + 6_010).await;
+    assert_eq!(again.idempotency_key, "r1/b/1", "every attempt of one revision shares its key");
+}
+
+async fn a_pending_dependent_waits_for_the_retried_step_again(store: Store) {
+    let doc = steps(vec![
+        json!({"id": "b", "action": "noop", "args": {}, "retry": {"max_attempts": 1}}),
+        noop("x", &[], json!({})),
+        noop("j", &["b", "x"], json!({})),
+    ]);
+    submit(&store, "r1", &doc).await;
+    let both = claim(&store, T0).await;
+    let (b, x) = if both[0].lease.step_id == "b" { (&both[0], &both[1]) } else { (&both[1], &both[0]) };
+    store.fail(&b.lease, &action_error("boom"), 0.0, T0).await.expect("fail");
+    let outcome = store.step_retry(&retry("b", None, T0 + 1)).await.expect("retry");
+    assert_eq!(outcome, RetryOutcome::Retried { args_revision: 0, reopened: vec!["b".into()] });
+    assert_eq!(complete(&store, &x.lease, &json!({}), T0 + 2).await, Report::Succeeded);
+    assert_eq!(status(&store, "r1", "j").await, "pending", "j waits for b again, not only for x");
+    let b = claim_one(&store, T0 + 3).await;
+    assert_eq!(complete(&store, &b.lease, &json!({}), T0 + 3).await, Report::Succeeded);
+    let j = claim_one(&store, T0 + 4).await;
+    assert_eq!(j.lease.step_id, "j");
+    assert_eq!(complete(&store, &j.lease, &json!({}), T0 + 4).await, Report::Succeeded);
+    assert_eq!(run(&store, "r1").await.status, RunStatus::Succeeded);
+}
+
+async fn a_retry_is_refused_for_steps_that_did_not_fail_and_in_cancelled_runs(store: Store) {
+    let doc = steps(vec![
+        json!({"id": "b", "action": "noop", "args": {}, "retry": {"max_attempts": 1}}),
+        noop("x", &[], json!({})),
+    ]);
+    submit(&store, "r1", &doc).await;
+    let both = claim(&store, T0).await;
+    let b = both.iter().find(|c| c.lease.step_id == "b").expect("b claimed");
+    assert_eq!(
+        store.step_retry(&retry("b", None, T0)).await.expect("retry"),
+        RetryOutcome::WrongState(StepStatus::Running)
+    );
+    assert_eq!(store.step_retry(&retry("zz", None, T0)).await.expect("retry"), RetryOutcome::NoSuchStep);
+    store.fail(&b.lease, &action_error("boom"), 0.0, T0).await.expect("fail");
+    assert!(store.cancel_run("r1", T0 + 1).await.expect("cancel"));
+    assert_eq!(store.step_retry(&retry("b", None, T0 + 2)).await.expect("retry"), RetryOutcome::RunCancelled);
+    let cancelled = run(&store, "r1").await;
+    assert_eq!((cancelled.status, cancelled.open_steps), (RunStatus::Cancelled, 0), "a finished run has none open");
+}
+
+contract_tests!(
+    a_retried_failed_step_reopens_its_run_with_a_fresh_budget_and_no_succeeded_step_runs_again,
+    repaired_args_replace_the_steps_args_and_give_it_a_new_idempotency_key,
+    a_pending_dependent_waits_for_the_retried_step_again,
+    a_retry_is_refused_for_steps_that_did_not_fail_and_in_cancelled_runs,
+);
