@@ -77,6 +77,8 @@ enum Command {
     Skip(command::runs::StepArgs),
     /// Fail a step in `outcome_unknown`.
     Fail(command::runs::StepArgs),
+    /// Run every failed and cancelled step of a failed or cancelled run again (succeeded steps keep their outputs).
+    Redrive(command::runs::RedriveArgs),
     /// Cron schedules: create, list, show, pause, resume, delete, and preview fire times (`next`).
     Schedule(command::schedule::Args),
     /// List steps waiting for approval across runs.
@@ -131,6 +133,7 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Retry(args) => command::runs::retry(args, &settings).await,
             Command::Skip(args) => command::runs::decide("skip", args, &settings).await,
             Command::Fail(args) => command::runs::decide("fail", args, &settings).await,
+            Command::Redrive(args) => command::runs::redrive(args, &settings).await,
             Command::Worker(args) => command::worker::run(args, &settings).await,
             Command::Bench(args) => command::bench::run(args).await,
             Command::Schedule(args) => command::schedule::run(args, &settings).await,

@@ -131,7 +131,7 @@ macro_rules! in_tx {
 mod repair;
 mod wait_tx;
 mod waiting;
-pub use repair::{RetryOutcome, StepRetry};
+pub use repair::{RedriveOutcome, RetryOutcome, RunRedrive, StepRetry};
 pub use waiting::{
     ApprovalOutcome, Delivery, FireOutcome, NewEvent, NewSchedule, PendingApproval, ScheduleFire, ScheduleRecord,
     ScheduleTick, TickRun, WAIT_OWNER,

@@ -13,15 +13,26 @@ use crate::rows::ChildRow;
 /// completions of its steps wait. Index: `runs` PK.
 pub(crate) const RUN_LOCK: &str = "UPDATE runs SET updated_at = $2 WHERE id = $1 RETURNING status, cancel_requested";
 
-/// The run's steps with their statuses, in plan order. Index: `steps` PK prefix.
-pub(crate) const RUN_STEPS: &str = "SELECT step_id, status FROM steps WHERE run_id = $1 ORDER BY position";
+/// The run's steps in plan order: status, idempotent, and whether it was cancelled while an attempt ran (that
+/// attempt closed by the cancel). Index: `steps` PK prefix, `attempts` PK.
+pub(crate) const RUN_STEPS: &str = "SELECT s.step_id, s.status, s.idempotent, CAST(CASE WHEN EXISTS (SELECT 1 \
+     FROM attempts a WHERE a.run_id = s.run_id AND a.step_id = s.step_id AND a.attempt = s.attempt \
+     AND a.failure_code = 'cancelled') THEN 1 ELSE 0 END AS BIGINT) AS interrupted \
+     FROM steps s WHERE s.run_id = $1 ORDER BY s.position";
+
+/// A step of [`RUN_STEPS`].
+pub(crate) type RunStepRow = (String, String, i64, i64);
+
+/// A run's steps ([`RunStepRow`]) and its edges as `(parent, child)`.
+pub(crate) type RunGraphRows = (Vec<RunStepRow>, Vec<(String, String)>);
 
 /// The run's dependency edges. Index: `step_edges` PK prefix.
 pub(crate) const RUN_EDGES: &str = "SELECT parent, child FROM step_edges WHERE run_id = $1";
 
-/// Open a final step again as `pending`, waiting for `$3` dependencies; a target (`$4 = 1`) starts a fresh
-/// attempt budget from the attempts it used. Fenced on the status it was read with. Index: `steps` PK.
-pub(crate) const STEP_REOPEN: &str = "UPDATE steps SET status = 'pending', pending_deps = $3, \
+/// Open a final step again as `$7` (`pending`, or `outcome_unknown`), waiting for `$3` dependencies; a target
+/// (`$4 = 1`) starts a fresh attempt budget from the attempts it used. Fenced on the status it was read with.
+/// Index: `steps` PK.
+pub(crate) const STEP_REOPEN: &str = "UPDATE steps SET status = $7, pending_deps = $3, \
      attempt_base = CASE WHEN $4 = 1 THEN attempt ELSE attempt_base END, output = NULL, available_at = NULL, \
      finished_at = NULL, updated_at = $6 WHERE run_id = $1 AND step_id = $2 AND status = $5";
 
@@ -50,12 +61,8 @@ pub(crate) const STEP_CANDIDATE: &str = "SELECT step_id, dep_count, pending_deps
 pub(crate) trait ReopenTx: Send {
     /// Locks the run; its `(status, cancel_requested)`, `None` when it does not exist.
     fn run_lock(&mut self, run_id: &str, now: i64) -> impl Future<Output = StoreResult<Option<(String, i64)>>> + Send;
-    /// `(step_id, status)` of the run's steps in plan order, and its edges as `(parent, child)`.
-    #[allow(clippy::type_complexity)]
-    fn run_graph(
-        &mut self,
-        run_id: &str,
-    ) -> impl Future<Output = StoreResult<(Vec<(String, String)>, Vec<(String, String)>)>> + Send;
+    /// The run's steps in plan order ([`RUN_STEPS`]) and its edges as `(parent, child)`.
+    fn run_graph(&mut self, run_id: &str) -> impl Future<Output = StoreResult<RunGraphRows>> + Send;
     /// Opens `step` again ([`STEP_REOPEN`]); false when its status changed since it was read.
     fn step_reopen(
         &mut self,
@@ -108,9 +115,8 @@ macro_rules! impl_reopen_tx {
                     .fetch_optional(&mut **self)
                     .await?)
             }
-            async fn run_graph(&mut self, run_id: &str) -> StoreResult<(Vec<(String, String)>, Vec<(String, String)>)> {
-                let steps =
-                    sqlx::query_as::<$db, (String, String)>(RUN_STEPS).bind(run_id).fetch_all(&mut **self).await?;
+            async fn run_graph(&mut self, run_id: &str) -> StoreResult<RunGraphRows> {
+                let steps = sqlx::query_as::<$db, RunStepRow>(RUN_STEPS).bind(run_id).fetch_all(&mut **self).await?;
                 let edges =
                     sqlx::query_as::<$db, (String, String)>(RUN_EDGES).bind(run_id).fetch_all(&mut **self).await?;
                 Ok((steps, edges))
@@ -123,6 +129,7 @@ macro_rules! impl_reopen_tx {
                     .bind(i64::from(step.target))
                     .bind(step.was.as_str())
                     .bind(now)
+                    .bind(step.to.as_str())
                     .execute(&mut **self)
                     .await?;
                 Ok(done.rows_affected() == 1)

@@ -1,7 +1,8 @@
 //! Repairing a run without starting over (contract §6, "Repairing a run"): an operator's retry of a failed or
-//! `outcome_unknown` step, optionally with repaired args. One transaction each (`flow::retry`).
+//! `outcome_unknown` step, optionally with repaired args, and a redrive of a failed or cancelled run. One
+//! transaction each (`flow::retry`).
 
-use cairn_core::state::StepStatus;
+use cairn_core::state::{RunStatus, StepStatus};
 use serde_json::Value;
 
 // `tx`, `StoreResult` and `conflict_pause` are named by `in_tx!`.
@@ -45,12 +46,49 @@ pub enum RetryOutcome {
     RunCancelled,
 }
 
+/// An operator's redrive of a failed or cancelled run: every failed and cancelled step runs again, with a fresh
+/// attempt budget, and the steps they skipped are decided again; a non-idempotent step cancelled while it ran
+/// opens as `outcome_unknown` instead.
+#[derive(Debug, Clone, Copy)]
+pub struct RunRedrive<'a> {
+    /// The run.
+    pub run_id: &'a str,
+    /// Who decided.
+    pub by: &'a str,
+    /// Why.
+    pub reason: Option<&'a str>,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// What a [`RunRedrive`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedriveOutcome {
+    /// The run goes on; `reopened`: the steps opened again, in plan order.
+    Redriven {
+        /// Steps opened again.
+        reopened: Vec<String>,
+    },
+    /// No such run.
+    NoSuchRun,
+    /// The run is neither failed nor cancelled.
+    WrongState(RunStatus),
+}
+
 impl Store {
     /// Retries a step ([`StepRetry`]); nothing changes unless the outcome is [`RetryOutcome::Retried`].
     ///
     /// # Errors
-    /// [`StoreError::Database`] (retryable).
+    /// [`crate::StoreError::Database`] (retryable).
     pub async fn step_retry(&self, req: &StepRetry<'_>) -> StoreResult<RetryOutcome> {
         in_tx!(self, |tx, events| flow::retry::step_retry(&mut tx, req, &mut events).await?)
+    }
+
+    /// Redrives a run ([`RunRedrive`]); nothing changes unless the outcome is [`RedriveOutcome::Redriven`].
+    ///
+    /// # Errors
+    /// [`crate::StoreError::Database`] (retryable).
+    pub async fn run_redrive(&self, req: &RunRedrive<'_>) -> StoreResult<RedriveOutcome> {
+        in_tx!(self, |tx, events| flow::retry::run_redrive(&mut tx, req, &mut events).await?)
     }
 }

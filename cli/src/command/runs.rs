@@ -1,5 +1,5 @@
 //! Client commands over the REST API: `submit`, `runs`, `show`, `logs`, `cancel`, `approve`, `reject`, `retry`,
-//! `skip`, `fail`, and the printing they share with `run`.
+//! `skip`, `fail`, `redrive`, and the printing they share with `run`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -295,6 +295,32 @@ pub async fn retry(args: &RetryArgs, settings: &Settings) -> anyhow::Result<Exit
         body["reason"] = json!(reason);
     }
     step_verb("retry", &args.step, body, settings).await
+}
+
+/// Arguments of `cairn redrive`.
+#[derive(clap::Args, Debug)]
+pub struct RedriveArgs {
+    /// Run id.
+    run: String,
+    /// Who decides (recorded in the history).
+    #[arg(long, default_value = "cli")]
+    by: String,
+    /// Why (recorded in the history).
+    #[arg(long)]
+    reason: Option<String>,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `cairn redrive RUN`: every failed and cancelled step of a failed or cancelled run runs again.
+pub async fn redrive(args: &RedriveArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let mut body = json!({"by": args.by});
+    if let Some(reason) = &args.reason {
+        body["reason"] = json!(reason);
+    }
+    let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:redrive", args.run), Some(&body)).await?;
+    out!("run {}: {}", args.run, run["status"].as_str().unwrap_or("?"));
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn step_verb(verb: &str, args: &StepArgs, body: Value, settings: &Settings) -> anyhow::Result<ExitCode> {

@@ -184,6 +184,6 @@ pub use decide::{
     ApprovalEnd, Decision, Next, SkipReason, StepRules, WhenPending, after_approval, decide, starts_itself,
 };
 pub use operator::{OperatorAction, OperatorRule};
-pub use reopen::{ReopenRefused, Reopened, Reopening, RunStep, reopen, reopenable};
+pub use reopen::{ReopenRefused, Reopened, Reopening, RunStep, redrive_targets, reopen, reopenable};
 pub use run_end::{RunCounters, StepsClosed, run_end};
 pub use run_graph::RunGraph;

@@ -4,7 +4,10 @@
 //! then [`super::decide`] the reopened steps that wait for nothing, exactly as a release would.
 //!
 //! Rules:
-//! - A target must be `failed` or `cancelled`; it opens again with a fresh attempt budget.
+//! - A target must be `failed` or `cancelled`; it opens again with a fresh attempt budget. A redrive's targets
+//!   are every failed and cancelled step of the run ([`redrive_targets`]).
+//! - A non-idempotent target cancelled while one of its attempts ran may have acted: it opens as
+//!   `outcome_unknown`, for an operator to retry, skip or fail, never blindly run again.
 //! - A `skipped` dependent of a step that opens again opens again too (transitively): it was skipped because of
 //!   what its dependencies did, and they will now do something else. Its trigger rule and `when` are decided
 //!   again once its dependencies are final.
@@ -26,6 +29,10 @@ pub struct RunStep<'a> {
     pub status: StepStatus,
     /// The steps it depends on.
     pub parents: Vec<&'a str>,
+    /// Whether it is idempotent.
+    pub idempotent: bool,
+    /// Whether it was cancelled while one of its attempts ran.
+    pub interrupted: bool,
 }
 
 /// A step that opens again.
@@ -35,6 +42,8 @@ pub struct Reopened {
     pub step: String,
     /// Its status before it opened again.
     pub was: StepStatus,
+    /// The status it opens with: `pending` (decided once its dependencies are final), or `outcome_unknown`.
+    pub to: StepStatus,
     /// Dependencies it waits for now (those not final, and those opening again).
     pub pending_deps: i64,
     /// Whether it was asked for (a target: it gets a fresh attempt budget), rather than opened as a dependent.
@@ -68,6 +77,11 @@ pub enum ReopenRefused {
         /// Its status.
         status: StepStatus,
     },
+}
+
+/// A redrive's targets: every failed and cancelled step, in plan order.
+pub fn redrive_targets<'a>(steps: &[RunStep<'a>]) -> Vec<&'a str> {
+    steps.iter().filter(|s| reopenable(s.status)).map(|s| s.id).collect()
 }
 
 /// Whether a step in `status` can be a target of [`reopen`].
@@ -113,9 +127,11 @@ pub fn reopen(steps: &[RunStep<'_>], targets: &[&str]) -> Result<Reopening, Reop
     for step in steps {
         if open.contains(step.id) {
             let pending_deps = step.parents.iter().filter(|p| waits_for(p)).count();
+            let may_have_acted = step.status == StepStatus::Cancelled && step.interrupted && !step.idempotent;
             reopened.push(Reopened {
                 step: step.id.to_owned(),
                 was: step.status,
+                to: if may_have_acted { StepStatus::OutcomeUnknown } else { StepStatus::Pending },
                 pending_deps: i64::try_from(pending_deps).unwrap_or(i64::MAX),
                 target: targets.contains(step.id),
             });
@@ -136,7 +152,7 @@ mod tests {
     use StepStatus::*;
 
     fn step<'a>(id: &'a str, status: StepStatus, parents: &[&'a str]) -> RunStep<'a> {
-        RunStep { id, status, parents: parents.to_vec() }
+        RunStep { id, status, parents: parents.to_vec(), idempotent: true, interrupted: false }
     }
 
     #[test]
@@ -172,6 +188,22 @@ mod tests {
         let r = reopen(&steps, &["a", "b"]).expect("a failed, b cancelled");
         let got: Vec<(&str, i64)> = r.steps.iter().map(|s| (s.step.as_str(), s.pending_deps)).collect();
         assert_eq!(got, [("a", 0), ("b", 1), ("c", 1)]);
+    }
+
+    #[test]
+    fn a_redrive_never_runs_blindly_a_non_idempotent_step_cancelled_while_it_ran() {
+        let charge = RunStep { interrupted: true, idempotent: false, ..step("charge", Cancelled, &[]) };
+        let fetch = RunStep { interrupted: true, ..step("fetch", Cancelled, &[]) };
+        let steps =
+            [step("ok", Succeeded, &[]), charge, fetch, step("bad", Failed, &[]), step("c", Cancelled, &["charge"])];
+        let targets = redrive_targets(&steps);
+        assert_eq!(targets, ["charge", "fetch", "bad", "c"]);
+        let r = reopen(&steps, &targets).expect("all reopenable");
+        let got: Vec<(&str, StepStatus, i64)> =
+            r.steps.iter().map(|s| (s.step.as_str(), s.to, s.pending_deps)).collect();
+        let expected = [("charge", OutcomeUnknown, 0), ("fetch", Pending, 0), ("bad", Pending, 0), ("c", Pending, 1)];
+        assert_eq!(got, expected);
+        assert_eq!(r.opened, StepsClosed { steps: 4, failed: 1 });
     }
 
     #[test]

@@ -120,14 +120,30 @@ pub(super) async fn show(
     }
 }
 
-/// `POST /v1/runs/{id}:cancel`.
+/// `POST /v1/runs/{id}:cancel|:redrive`.
 pub(super) async fn run_action(
     State(state): State<AppState>,
     Path(id_verb): Path<String>,
+    body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let (id, verb) = split_verb(&id_verb)?;
-    if verb != "cancel" {
-        return Err(ApiError::not_found("route"));
+    match verb {
+        "cancel" => {}
+        "redrive" => {
+            let decision = decision_body(&body)?;
+            if decision.args.is_some() {
+                return Err(ApiError::bad_request("`args` apply to a step's retry, not to a redrive"));
+            }
+            let by = decision.by.unwrap_or_else(|| "api".into());
+            cairn_core::text::OPERATOR_NOTE.check(&by)?;
+            if let Some(reason) = &decision.reason {
+                cairn_core::text::OPERATOR_NOTE.check(reason)?;
+            }
+            state.engine.redrive_run(id, &by, decision.reason.as_deref()).await?;
+            let view = run_view(&state.engine, id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+            return Ok(Json(view).into_response());
+        }
+        _ => return Err(ApiError::not_found("route")),
     }
     if state.engine.store().run(id).await?.is_none() {
         return Err(ApiError::not_found("run"));
@@ -146,13 +162,24 @@ pub(super) struct DecisionBody {
     /// Who decided (recorded in the run history).
     #[serde(default)]
     by: Option<String>,
-    /// Why (recorded in the run history; `retry` only).
+    /// Why (recorded in the run history; `retry` and a run's `redrive` only).
     #[serde(default)]
     reason: Option<String>,
     /// Repaired args replacing the step's (`retry` only), validated against the action's schema and the plan's
     /// references.
     #[serde(default)]
     args: Option<Value>,
+}
+
+/// The optional body of a decision: `{"by": "alice"}` records who decided.
+fn decision_body(body: &[u8]) -> Result<DecisionBody, ApiError> {
+    if body.is_empty() {
+        return Ok(DecisionBody::default());
+    }
+    let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the body is not valid UTF-8"))?;
+    let value = cairn_core::document::parse(text, cairn_core::document::Format::Json)
+        .map_err(|f| ApiError::bad_request(f.message))?;
+    super::body::typed(value)
 }
 
 /// `POST /v1/runs/{id}/steps/{step}:approve|:reject|:retry|:skip|:fail`.
@@ -170,15 +197,7 @@ pub(super) async fn step_action(
         "fail" => OperatorAction::Fail,
         _ => return Err(ApiError::not_found("route")),
     };
-    // The body is optional: `{"by": "alice"}` records who decided.
-    let decision: DecisionBody = if body.is_empty() {
-        DecisionBody::default()
-    } else {
-        let text = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the body is not valid UTF-8"))?;
-        let value = cairn_core::document::parse(text, cairn_core::document::Format::Json)
-            .map_err(|f| ApiError::bad_request(f.message))?;
-        super::body::typed(value)?
-    };
+    let decision = decision_body(&body)?;
     let by = decision.by.unwrap_or_else(|| "api".into());
     cairn_core::text::OPERATOR_NOTE.check(&by)?;
     if let Some(reason) = &decision.reason {

@@ -1,11 +1,12 @@
 //! Repairing a run without starting over (contract §6, "Repairing a run"): an operator's retry of a failed or
 //! `outcome_unknown` step, optionally with repaired args, which are validated as a submission validates its plan
-//! (the action's schema, the plan's references) before anything changes.
+//! (the action's schema, the plan's references) before anything changes; a redrive of a failed or cancelled run.
 
 use cairn_core::diagnostic::Diagnostic;
+use cairn_core::state::RunStatus;
 use cairn_core::state::StepStatus;
 use cairn_core::validate::validate_value;
-use cairn_store::{RetryOutcome, StepRetry, StoreError};
+use cairn_store::{RedriveOutcome, RetryOutcome, RunRedrive, StepRetry, StoreError};
 use serde_json::Value;
 
 use super::Engine;
@@ -40,6 +41,9 @@ pub enum RetryError {
     /// The run was cancelled (HTTP 409).
     #[error("the run was cancelled; redrive it to run its steps again")]
     RunCancelled,
+    /// A redrive of a run that is neither failed nor cancelled (HTTP 409).
+    #[error("the run is {0}; only a failed or cancelled run can be redriven")]
+    RunNotFinished(RunStatus),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -71,6 +75,23 @@ impl Engine {
             RetryOutcome::NoSuchStep => Err(RetryError::NotFound),
             RetryOutcome::WrongState(status) => Err(RetryError::WrongState(status)),
             RetryOutcome::RunCancelled => Err(RetryError::RunCancelled),
+        }
+    }
+
+    /// Redrives a failed or cancelled run; returns the steps opened again.
+    ///
+    /// # Errors
+    /// [`RetryError::NotFound`], [`RetryError::RunNotFinished`], [`RetryError::Store`].
+    pub async fn redrive_run(&self, run_id: &str, by: &str, reason: Option<&str>) -> Result<Vec<String>, RetryError> {
+        let redrive = RunRedrive { run_id, by, reason, now_ms: self.now_ms() };
+        match self.inner.store.run_redrive(&redrive).await? {
+            RedriveOutcome::Redriven { reopened } => {
+                tracing::info!(run_id, steps = reopened.len(), "run redriven");
+                self.wake();
+                Ok(reopened)
+            }
+            RedriveOutcome::NoSuchRun => Err(RetryError::NotFound),
+            RedriveOutcome::WrongState(status) => Err(RetryError::RunNotFinished(status)),
         }
     }
 

@@ -98,6 +98,12 @@ def test_retry_of_a_failed_step_with_repaired_args(general_worker: WorkerProc, c
     assert "run_reopened" in kinds and "operator_retry" in kinds
     with pytest.raises(cairn.Conflict):
         client.retry(run.id, "a")
+    redriven = client.redrive(run.id, by="ops", reason="once more")
+    assert redriven.status == "running"
+    again = wait_run(client, run.id, "the redriven step fails again",
+                     lambda r: r.status == "failed" and r.step("b").attempts == 3)
+    assert again.step("b").error.details == {"customer": 8}, "a redrive keeps the repaired args"
+    assert again.step("a").attempts == 1
 
 
 def test_idempotency_keys(general_worker: WorkerProc, client: cairn.Client) -> None:

@@ -1,18 +1,21 @@
-//! An operator's retry of a step (contract §6, "Repairing a run"): a `failed` step runs again with a fresh attempt
-//! budget, its run reopens and the dependents it had skipped are decided again ([`machine::reopen`]); an
-//! `outcome_unknown` step gets a new attempt ([`super::control::operate`]). Either may come with repaired args,
-//! which replace the step's args on the run (the plan stays as submitted) and give it a new idempotency key.
+//! Repairing a run (contract §6, "Repairing a run"). An operator's retry: a `failed` step runs again with a fresh
+//! attempt budget, its run reopens and the dependents it had skipped are decided again ([`machine::reopen`]); an
+//! `outcome_unknown` step gets a new attempt ([`super::control::operate`]); either may come with repaired args,
+//! which replace the step's args on the run (the plan stays as submitted) and give it a new idempotency key. A
+//! redrive: every failed and cancelled step of a finished run runs again the same way.
+
+use std::collections::HashMap;
 
 use cairn_core::event::EventKind;
-use cairn_core::machine::{self, OperatorAction, RunStep};
+use cairn_core::machine::{self, OperatorAction, Reopening, RunStep};
 use cairn_core::state::{RunStatus, StepStatus};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::event;
 use super::settle::{after_final, decide};
 use crate::error::{StoreError, StoreResult};
-use crate::reopen_tx::ReopenTx;
-use crate::repair::{RetryOutcome, StepRetry};
+use crate::reopen_tx::{ReopenTx, RunStepRow};
+use crate::repair::{RedriveOutcome, RetryOutcome, RunRedrive, StepRetry};
 use crate::rows::EventInsert;
 use crate::tx::StepTx;
 use crate::wait_tx::WaitTx;
@@ -27,67 +30,108 @@ pub(crate) async fn step_retry<T: StepTx + WaitTx + ReopenTx>(
     let Some((run_status, cancel_requested)) = tx.run_lock(run_id, now).await? else {
         return Ok(RetryOutcome::NoSuchStep);
     };
-    let run_status: RunStatus = run_status.parse().map_err(|e| StoreError::corrupt("runs.status", e))?;
     let (rows, edges) = tx.run_graph(run_id).await?;
-    let mut statuses = Vec::with_capacity(rows.len());
-    for (id, status) in &rows {
-        statuses.push((id.as_str(), status.parse::<StepStatus>().map_err(|e| StoreError::corrupt("steps.status", e))?));
-    }
-    let Some(&(_, status)) = statuses.iter().find(|(id, _)| *id == step_id) else {
+    let graph = graph(&rows, &edges)?;
+    let Some(status) = graph.iter().find(|s| s.id == step_id).map(|s| s.status) else {
         return Ok(RetryOutcome::NoSuchStep);
     };
     match status {
         StepStatus::OutcomeUnknown => {
             let args_revision = revise(tx, req).await?;
             if !super::control::operate(tx, run_id, step_id, OperatorAction::Retry, req.by, now, events).await? {
-                return Err(StoreError::corrupt("steps.status", format!("step {step_id} moved while locked")));
+                return Err(moved(step_id));
             }
             Ok(RetryOutcome::Retried { args_revision, reopened: vec![step_id.to_owned()] })
         }
-        StepStatus::Failed if cancel_requested != 0 || run_status == RunStatus::Cancelled => {
+        StepStatus::Failed if cancel_requested != 0 || run_status == RunStatus::Cancelled.as_str() => {
             Ok(RetryOutcome::RunCancelled)
         }
         StepStatus::Failed => {
             let args_revision = revise(tx, req).await?;
-            let graph = graph(&statuses, &edges);
-            let reopening =
-                machine::reopen(&graph, &[step_id]).map_err(|e| StoreError::corrupt("steps.status", e.to_string()))?;
-            if run_status.is_final() {
-                events.push(event(run_id, None, EventKind::RunReopened, json!({"by": req.by}), now));
-            }
-            let mut data = json!({"by": req.by, "args_revision": args_revision});
-            if let Some(reason) = req.reason {
-                data["reason"] = json!(reason);
-            }
-            for step in &reopening.steps {
-                if !tx.step_reopen(run_id, step, now).await? {
-                    return Err(StoreError::corrupt("steps.status", format!("step {} moved while locked", step.step)));
-                }
-                if step.target {
-                    events.push(event(run_id, Some(&step.step), EventKind::OperatorRetry, data.clone(), now));
-                } else {
-                    let reopened = json!({"after": step_id, "was": step.was.as_str()});
-                    events.push(event(run_id, Some(&step.step), EventKind::StepReopened, reopened, now));
-                }
-            }
-            for (waiting, more) in &reopening.waiting_longer {
-                tx.step_wait_longer(run_id, waiting, *more, now).await?;
-            }
-            let goes_on = if run_status.is_final() { RunStatus::Running } else { run_status };
-            tx.run_reopen(run_id, goes_on.as_str(), reopening.opened, now).await?;
-            // A target that waits for nothing is decided now, exactly as a release decides a step.
-            let mut candidates = Vec::new();
-            for step in reopening.steps.iter().filter(|s| s.target && s.pending_deps == 0) {
-                candidates.extend(tx.step_candidate(run_id, &step.step).await?);
-            }
-            let finals = decide(tx, run_id, candidates, None, now, events).await?;
-            if !finals.is_empty() {
-                after_final(tx, run_id, finals, now, events).await?;
-            }
-            Ok(RetryOutcome::Retried { args_revision, reopened: reopening.steps.into_iter().map(|s| s.step).collect() })
+            let reopening = machine::reopen(&graph, &[step_id]).map_err(|e| moved(&e.to_string()))?;
+            let data = note(req.by, req.reason, json!({"args_revision": args_revision}));
+            let reopened = apply(tx, run_id, parse_run(&run_status)?, reopening, data, now, events).await?;
+            Ok(RetryOutcome::Retried { args_revision, reopened })
         }
         other => Ok(RetryOutcome::WrongState(other)),
     }
+}
+
+/// Applies `req` ([`RedriveOutcome`] says what happened; nothing changes unless it is `Redriven`).
+pub(crate) async fn run_redrive<T: StepTx + WaitTx + ReopenTx>(
+    tx: &mut T,
+    req: &RunRedrive<'_>,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<RedriveOutcome> {
+    let RunRedrive { run_id, now_ms: now, .. } = *req;
+    let Some((run_status, _)) = tx.run_lock(run_id, now).await? else {
+        return Ok(RedriveOutcome::NoSuchRun);
+    };
+    let run_status = parse_run(&run_status)?;
+    if !matches!(run_status, RunStatus::Failed | RunStatus::Cancelled) {
+        return Ok(RedriveOutcome::WrongState(run_status));
+    }
+    let (rows, edges) = tx.run_graph(run_id).await?;
+    let graph = graph(&rows, &edges)?;
+    let targets = machine::redrive_targets(&graph);
+    let reopening = machine::reopen(&graph, &targets).map_err(|e| moved(&e.to_string()))?;
+    let data = note(req.by, req.reason, json!({"redrive": true}));
+    let reopened = apply(tx, run_id, run_status, reopening, data, now, events).await?;
+    Ok(RedriveOutcome::Redriven { reopened })
+}
+
+/// Writes a [`Reopening`] of the locked run (its status `run_status`): the steps open again, pending dependents
+/// wait longer, the run takes them back, and targets that wait for nothing are decided at once, exactly as a
+/// release decides a step. `data` goes into each target's `operator_retry` event. Returns the reopened steps.
+async fn apply<T: StepTx + ReopenTx>(
+    tx: &mut T,
+    run_id: &str,
+    run_status: RunStatus,
+    reopening: Reopening,
+    data: Value,
+    now: i64,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<Vec<String>> {
+    if run_status.is_final() {
+        events.push(event(run_id, None, EventKind::RunReopened, data.clone(), now));
+    }
+    for step in &reopening.steps {
+        if !tx.step_reopen(run_id, step, now).await? {
+            return Err(moved(&step.step));
+        }
+        let (kind, recorded) = match (step.target, step.to) {
+            (true, StepStatus::OutcomeUnknown) => {
+                let why = "it was cancelled while an attempt ran and is not idempotent: it may have acted";
+                (EventKind::StepOutcomeUnknown, json!({"reason": why}))
+            }
+            (true, _) => (EventKind::OperatorRetry, data.clone()),
+            (false, _) => (EventKind::StepReopened, json!({"was": step.was.as_str()})),
+        };
+        events.push(event(run_id, Some(&step.step), kind, recorded, now));
+    }
+    for (waiting, more) in &reopening.waiting_longer {
+        tx.step_wait_longer(run_id, waiting, *more, now).await?;
+    }
+    let goes_on = if run_status.is_final() { RunStatus::Running } else { run_status };
+    tx.run_reopen(run_id, goes_on.as_str(), reopening.opened, now).await?;
+    let mut candidates = Vec::new();
+    for step in reopening.steps.iter().filter(|s| s.target && s.to == StepStatus::Pending && s.pending_deps == 0) {
+        candidates.extend(tx.step_candidate(run_id, &step.step).await?);
+    }
+    let finals = decide(tx, run_id, candidates, None, now, events).await?;
+    if !finals.is_empty() {
+        after_final(tx, run_id, finals, now, events).await?;
+    }
+    Ok(reopening.steps.into_iter().map(|s| s.step).collect())
+}
+
+/// `extra` with who decided and why.
+fn note(by: &str, reason: Option<&str>, mut extra: Value) -> Value {
+    extra["by"] = json!(by);
+    if let Some(reason) = reason {
+        extra["reason"] = json!(reason);
+    }
+    extra
 }
 
 /// Replaces the step's args when the request repairs them; the step's args revision after it.
@@ -96,19 +140,32 @@ async fn revise<T: ReopenTx>(tx: &mut T, req: &StepRetry<'_>) -> StoreResult<i64
         return tx.step_args_revision(req.run_id, req.step_id).await;
     };
     let text = serde_json::to_string(args).map_err(|e| StoreError::corrupt("repaired args", e))?;
-    tx.step_args_revise(req.run_id, req.step_id, &text, req.now_ms)
-        .await?
-        .ok_or_else(|| StoreError::corrupt("steps", format!("step {} vanished while locked", req.step_id)))
+    tx.step_args_revise(req.run_id, req.step_id, &text, req.now_ms).await?.ok_or_else(|| moved(req.step_id))
+}
+
+fn moved(step_id: &str) -> StoreError {
+    StoreError::corrupt("steps", format!("step {step_id} changed while its run was locked"))
+}
+
+fn parse_run(status: &str) -> StoreResult<RunStatus> {
+    status.parse().map_err(|e| StoreError::corrupt("runs.status", e))
 }
 
 /// The run as [`machine::reopen`] reads it.
-fn graph<'a>(statuses: &[(&'a str, StepStatus)], edges: &'a [(String, String)]) -> Vec<RunStep<'a>> {
-    let mut parents: std::collections::HashMap<&str, Vec<&str>> = std::collections::HashMap::new();
+fn graph<'a>(rows: &'a [RunStepRow], edges: &'a [(String, String)]) -> StoreResult<Vec<RunStep<'a>>> {
+    let mut parents: HashMap<&str, Vec<&str>> = HashMap::new();
     for (parent, child) in edges {
         parents.entry(child.as_str()).or_default().push(parent.as_str());
     }
-    statuses
-        .iter()
-        .map(|&(id, status)| RunStep { id, status, parents: parents.remove(id).unwrap_or_default() })
+    rows.iter()
+        .map(|(id, status, idempotent, interrupted)| {
+            Ok(RunStep {
+                id,
+                status: status.parse().map_err(|e| StoreError::corrupt("steps.status", e))?,
+                parents: parents.remove(id.as_str()).unwrap_or_default(),
+                idempotent: *idempotent != 0,
+                interrupted: *interrupted != 0,
+            })
+        })
         .collect()
 }

@@ -1,7 +1,7 @@
 //! Repairing a failed run without starting over (issue "Operators"): real processes (`cairn serve`, a real
 //! `cairn worker`, the `cairn` CLI) and a local service whose counts show what ran. A failed step is retried
-//! after its endpoint recovers; retried with repaired args; a retry with invalid args changes nothing. In every
-//! case the step that had succeeded never runs again. Case D16 variant d: a failed step's retry gets its own
+//! after its endpoint recovers; retried with repaired args; a retry with invalid args changes nothing; a failed
+//! run is redriven. In every case the step that had succeeded never runs again. Case D16 variant d: a failed step's retry gets its own
 //! timeouts, not an instant one.
 
 #![allow(clippy::unwrap_used)]
@@ -104,6 +104,42 @@ async fn a_failed_step_retried_with_repaired_args_calls_what_they_say_and_invali
     assert_eq!(fixed.len(), 1, "{backend:?}: the repaired args were");
     let key = fixed[0].headers.get("idempotency-key").map(|v| v.to_str().unwrap().to_owned());
     assert_eq!(key, Some(format!("{run_id}/call/1")), "{backend:?}: repaired args, a new idempotency key");
+}
+
+on_both_backends!(a_redriven_run_runs_its_failed_steps_again_and_nothing_that_succeeded);
+async fn a_redriven_run_runs_its_failed_steps_again_and_nothing_that_succeeded(backend: Backend) {
+    let dir = TempDir::new();
+    let healthy = Arc::new(AtomicBool::new(false));
+    let up = healthy.clone();
+    let endpoint = Endpoint::start(move |call| match call.path.as_str() {
+        "/flaky" | "/other" if !up.load(Ordering::SeqCst) => (500, json!({"error": "down"})),
+        _ => (200, json!({"ok": true})),
+    })
+    .await;
+    let orchestrator = Orchestrator::start(backend, dir.path(), 10_000).await;
+    let _worker = orchestrator.worker("w1", &[], &[]);
+    let mut plan = plan(&endpoint, "/flaky");
+    plan["steps"].as_array_mut().unwrap().push(json!({"id": "other", "action": "http.request",
+        "idempotent": true, "retry": {"max_attempts": 1},
+        "args": {"method": "GET", "url": format!("{}/other", endpoint.url())}}));
+    let run_id = orchestrator.submit(plan).await;
+    let failed = orchestrator.wait_run(&run_id, "the run fails", LIMIT, ended).await;
+    assert_eq!(failed["status"], "failed", "{backend:?}: {failed:#}");
+    assert_eq!(step(&failed, "other")["status"], "failed");
+
+    healthy.store(true, Ordering::SeqCst);
+    let token = [("CAIRN_API_TOKEN", orchestrator.api_token().to_owned())];
+    let args = ["redrive", &run_id, "--reason", "upstream fixed", "--server", &orchestrator.base_url];
+    let out = cairn_with(dir.path(), &args, &token).await;
+    assert_eq!(out.code, Some(0), "{backend:?}: cairn redrive: {}{}", out.stdout, out.stderr);
+
+    let done = orchestrator.wait_run(&run_id, "the redriven run ends", LIMIT, ended).await;
+    assert_eq!(done["status"], "succeeded", "{backend:?}: {done:#}");
+    assert_eq!(endpoint.calls_to("/first").len(), 1, "{backend:?}: the succeeded step never ran again");
+    assert_eq!(endpoint.calls_to("/flaky").len(), 2, "{backend:?}");
+    assert_eq!(endpoint.calls_to("/other").len(), 2, "{backend:?}");
+    let (code, refused) = orchestrator.post(&format!("/v1/runs/{run_id}:redrive"), &json!({})).await;
+    assert_eq!((code, refused["code"].clone()), (409, json!("wrong_state")), "{backend:?}: a succeeded run");
 }
 
 on_both_backends!(d16_d_a_retried_step_gets_its_full_timeout_on_every_new_attempt);

@@ -284,6 +284,12 @@ class Client(_Common):
         ``reason`` is recorded in the history."""
         return self._decide(run_id, step_id, "retry", by, args=args, reason=reason)
 
+    def redrive(self, run_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
+        """Runs every failed and cancelled step of a failed or cancelled run again, each with a fresh attempt
+        budget (succeeded steps keep their outputs; a non-idempotent step cancelled while it ran waits in
+        ``outcome_unknown`` for a decision instead)."""
+        return Run.model_validate(self._request("POST", f"/v1/runs/{_seg(run_id)}:redrive", _decision(by, reason=reason)))
+
     def skip(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
         """Skips an ``outcome_unknown`` step."""
         return self._decide(run_id, step_id, "skip", by)
@@ -504,6 +510,11 @@ class AsyncClient(_Common):
                     reason: Optional[str] = None) -> Run:
         """See :meth:`Client.retry`."""
         return await self._decide(run_id, step_id, "retry", by, args=args, reason=reason)
+
+    async def redrive(self, run_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
+        """See :meth:`Client.redrive`."""
+        path = f"/v1/runs/{_seg(run_id)}:redrive"
+        return Run.model_validate(await self._request("POST", path, _decision(by, reason=reason)))
 
     async def skip(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
         """See :meth:`Client.skip`."""

@@ -1,9 +1,11 @@
-//! An operator's retry of a failed step (contract §6, "Repairing a run"): the run reopens, the step gets a fresh
-//! attempt budget, the dependents it skipped are decided again, succeeded steps never run again; repaired args
-//! replace the step's and give it a new idempotency key. Every finished run has no open step.
+//! Repairing a run (contract §6, "Repairing a run"). An operator's retry of a failed step: the run reopens, the
+//! step gets a fresh attempt budget, the dependents it skipped are decided again, succeeded steps never run again;
+//! repaired args replace the step's and give it a new idempotency key. A redrive of a failed or cancelled run: its
+//! failed and cancelled steps run again, a non-idempotent one cancelled while it ran waits for an operator. Every
+//! finished run has no open step.
 
 use cairn_core::state::{RunStatus, StepStatus};
-use cairn_store::{Claimed, Report, RetryOutcome, StepRetry, Store};
+use cairn_store::{Claimed, RedriveOutcome, Report, RetryOutcome, RunRedrive, StepRetry, Store};
 use serde_json::{Value, json};
 
 use super::support::{T0, action_error, claim, claim_one, complete, events, noop, run, status, step, steps, submit};
@@ -130,9 +132,90 @@ async fn a_retry_is_refused_for_steps_that_did_not_fail_and_in_cancelled_runs(st
     assert_eq!((cancelled.status, cancelled.open_steps), (RunStatus::Cancelled, 0), "a finished run has none open");
 }
 
+fn redrive(now_ms: i64) -> RunRedrive<'static> {
+    RunRedrive { run_id: "r1", by: "ops", reason: Some("fixed upstream"), now_ms }
+}
+
+async fn a_redriven_failed_run_reruns_its_failed_steps_and_what_they_skipped_and_nothing_else(store: Store) {
+    let one = json!({"max_attempts": 1});
+    let doc = steps(vec![
+        noop("a", &[], json!({})),
+        json!({"id": "b", "action": "noop", "depends_on": ["a"], "args": {}, "retry": one}),
+        noop("c", &["b"], json!({})),
+        json!({"id": "d", "action": "noop", "args": {}, "retry": one}),
+    ]);
+    submit(&store, "r1", &doc).await;
+    let first = claim(&store, T0).await;
+    for c in &first {
+        match c.lease.step_id.as_str() {
+            "a" => assert_eq!(complete(&store, &c.lease, &json!({}), T0).await, Report::Succeeded),
+            _ => assert_eq!(store.fail(&c.lease, &action_error("boom"), 0.0, T0).await.expect("fail"), Report::Failed),
+        }
+    }
+    let b = claim_one(&store, T0 + 1).await;
+    store.fail(&b.lease, &action_error("boom"), 0.0, T0 + 1).await.expect("fail");
+    assert_eq!(run(&store, "r1").await.status, RunStatus::Failed);
+
+    let outcome = store.run_redrive(&redrive(T0 + 2)).await.expect("redrive");
+
+    assert_eq!(outcome, RedriveOutcome::Redriven { reopened: vec!["b".into(), "c".into(), "d".into()] });
+    let reopened = run(&store, "r1").await;
+    assert_eq!((reopened.status, reopened.open_steps), (RunStatus::Running, 3));
+    let mut again = claimed_ids(&claim(&store, T0 + 2).await).into_iter().map(str::to_owned).collect::<Vec<_>>();
+    again.sort();
+    assert_eq!(again, ["b", "d"], "a keeps its output; c waits for b");
+    assert!(claim(&store, T0 + 2).await.is_empty(), "nothing else is due");
+    assert_eq!(step(&store, "r1", "a").await.attempts, 1);
+}
+
+async fn a_redriven_cancelled_run_leaves_a_non_idempotent_step_cancelled_while_it_ran_to_an_operator(store: Store) {
+    let doc = steps(vec![
+        json!({"id": "charge", "action": "noop", "args": {}, "idempotent": false}),
+        json!({"id": "fetch", "action": "noop", "args": {}, "idempotent": true}),
+        noop("after", &["charge"], json!({})),
+    ]);
+    submit(&store, "r1", &doc).await;
+    assert_eq!(claim(&store, T0).await.len(), 2);
+    assert!(store.cancel_run("r1", T0 + 1).await.expect("cancel"));
+
+    let outcome = store.run_redrive(&redrive(T0 + 2)).await.expect("redrive");
+
+    assert!(matches!(outcome, RedriveOutcome::Redriven { .. }), "{outcome:?}");
+    assert_eq!(status(&store, "r1", "charge").await, "outcome_unknown", "it may have charged: never run blindly");
+    assert_eq!(status(&store, "r1", "fetch").await, "ready");
+    assert_eq!(status(&store, "r1", "after").await, "pending");
+    let reopened = run(&store, "r1").await;
+    assert_eq!((reopened.status, reopened.open_steps), (RunStatus::Running, 3));
+    let fetch = claim_one(&store, T0 + 2).await;
+    assert_eq!(complete(&store, &fetch.lease, &json!({}), T0 + 2).await, Report::Succeeded);
+    let retried = store.step_retry(&retry("charge", None, T0 + 3)).await.expect("retry");
+    assert!(matches!(retried, RetryOutcome::Retried { .. }), "{retried:?}");
+    for now in [T0 + 3, T0 + 4] {
+        let c = claim_one(&store, now).await;
+        assert_eq!(complete(&store, &c.lease, &json!({}), now).await, Report::Succeeded);
+    }
+    let done = run(&store, "r1").await;
+    assert_eq!((done.status, done.open_steps), (RunStatus::Succeeded, 0));
+}
+
+async fn a_redrive_is_refused_for_a_run_that_did_not_fail_or_was_cancelled(store: Store) {
+    submit(&store, "r1", &steps(vec![noop("a", &[], json!({}))])).await;
+    let refused = store.run_redrive(&redrive(T0)).await.expect("redrive");
+    assert_eq!(refused, RedriveOutcome::WrongState(RunStatus::Pending));
+    let a = claim_one(&store, T0).await;
+    assert_eq!(complete(&store, &a.lease, &json!({}), T0).await, Report::Succeeded);
+    let refused = store.run_redrive(&redrive(T0 + 1)).await.expect("redrive");
+    assert_eq!(refused, RedriveOutcome::WrongState(RunStatus::Succeeded));
+    let missing = RunRedrive { run_id: "nope", ..redrive(T0) };
+    assert_eq!(store.run_redrive(&missing).await.expect("redrive"), RedriveOutcome::NoSuchRun);
+}
+
 contract_tests!(
     a_retried_failed_step_reopens_its_run_with_a_fresh_budget_and_no_succeeded_step_runs_again,
     repaired_args_replace_the_steps_args_and_give_it_a_new_idempotency_key,
     a_pending_dependent_waits_for_the_retried_step_again,
     a_retry_is_refused_for_steps_that_did_not_fail_and_in_cancelled_runs,
+    a_redriven_failed_run_reruns_its_failed_steps_and_what_they_skipped_and_nothing_else,
+    a_redriven_cancelled_run_leaves_a_non_idempotent_step_cancelled_while_it_ran_to_an_operator,
+    a_redrive_is_refused_for_a_run_that_did_not_fail_or_was_cancelled,
 );
