@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use cairn_core::diagnostic::Diagnostic;
 use cairn_core::schedule::{CronSchedule, MAX_CATCH_UP, Misfire, MisfirePolicy, Overlap, ScheduleError};
-use cairn_store::{NewSchedule, ScheduleFire, ScheduleRecord, StoreError, StoreResult, TickRun};
+use cairn_store::{NewSchedule, ScheduleFire, ScheduleRecord, ScheduleTrigger, StoreError, StoreResult, TickRun};
 use jiff::{SignedDuration, Timestamp};
 use serde::Deserialize;
 use serde_json::Value;
@@ -110,6 +110,20 @@ pub enum ScheduleOpError {
     /// The store failed; retryable when the inner error is.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// What a "run now" of a schedule did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TriggerOutcome {
+    /// A run started; `cancelled`: the open runs `overlap: cancel_previous` cancelled first.
+    Started {
+        /// The run.
+        run_id: String,
+        /// Runs cancelled first.
+        cancelled: Vec<String>,
+    },
+    /// Nothing started: a run is still open and the overlap policy is `skip` (a skipped tick is recorded).
+    Skipped,
 }
 
 /// What one tick pass did.
@@ -340,6 +354,41 @@ impl Engine {
             self.wake();
         }
         Ok(summary)
+    }
+
+    /// "Run now" (`POST /v1/schedules/{id}:trigger`): starts a run of the schedule at once, even while it is
+    /// paused, under its overlap policy exactly as a tick (case D19): with `skip` and a run still open, nothing
+    /// starts and a skipped tick is recorded; with `cancel_previous` the open runs are cancelled first.
+    ///
+    /// # Errors
+    /// [`ScheduleOpError::NotFound`], [`ScheduleOpError::InvalidPlan`], [`ScheduleOpError::Store`].
+    pub async fn trigger_schedule(&self, id: &str) -> Result<TriggerOutcome, ScheduleOpError> {
+        let s = self.store().schedule(id).await?.ok_or(ScheduleOpError::NotFound)?;
+        let now_ms = self.now_ms();
+        let now = timestamp(now_ms);
+        let req = SubmitRequest { plan: s.plan.clone(), input: s.input.clone(), idempotency_key: None };
+        let catalog = self.catalog().snapshot_for(&s.plan).await;
+        let run = submit::prepare(&req, &catalog, &self.config().limits, new_id(now_ms), now).map_err(|e| match e {
+            SubmitError::Invalid(diagnostics) => ScheduleOpError::InvalidPlan(diagnostics),
+            SubmitError::Store(e) => ScheduleOpError::Store(e),
+            // `prepare` only validates: a conflict is the store's answer to a submission with a key, and a
+            // scheduled run has none.
+            SubmitError::Conflict { .. } => ScheduleOpError::InvalidPlan(Vec::new()),
+        })?;
+        let trigger = ScheduleTrigger {
+            schedule_id: s.id.clone(),
+            overlap: s.overlap,
+            tick: TickRun { fire_at_ms: now_ms, run: Ok(run) },
+            now_ms,
+        };
+        let out = self.store().schedule_trigger(&trigger).await?.ok_or(ScheduleOpError::NotFound)?;
+        if let Some((_, run_id)) = out.started.into_iter().next() {
+            tracing::info!(schedule_id = %s.id, run_id = %run_id, "schedule triggered");
+            self.wake();
+            return Ok(TriggerOutcome::Started { run_id, cancelled: out.cancelled });
+        }
+        tracing::info!(schedule_id = %s.id, "schedule trigger skipped: a run is still open (overlap: skip)");
+        Ok(TriggerOutcome::Skipped)
     }
 
     /// The run one tick starts, or why its plan does not validate any more.

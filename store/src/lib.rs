@@ -134,7 +134,7 @@ mod waiting;
 pub use repair::{RedriveOutcome, RetryOutcome, RunRedrive, StepRetry};
 pub use waiting::{
     ApprovalOutcome, Delivery, FireOutcome, NewEvent, NewSchedule, PendingApproval, ScheduleFire, ScheduleRecord,
-    ScheduleTick, TickRun, WAIT_OWNER,
+    ScheduleTick, ScheduleTrigger, TickRun, WAIT_OWNER,
 };
 
 impl Store {

@@ -16,6 +16,9 @@ use crate::tx::StepTx;
 pub(crate) const SCHEDULE_ADVANCE: &str = "UPDATE schedules SET next_fire_at = $3, updated_at = $4 \
      WHERE id = $1 AND next_fire_at = $2 AND paused = 0";
 
+/// Lock a schedule (a "run now" against a tick pass of the same schedule). Index: PK.
+pub(crate) const SCHEDULE_LOCK: &str = "UPDATE schedules SET updated_at = $2 WHERE id = $1";
+
 /// Record the last started run. Index: PK.
 pub(crate) const SCHEDULE_LAST_RUN: &str =
     "UPDATE schedules SET last_fire_at = $2, last_run_id = $3, updated_at = $4 WHERE id = $1";
@@ -158,6 +161,8 @@ pub(crate) trait WaitTx: StepTx {
     ) -> impl Future<Output = StoreResult<()>> + Send;
     fn tick_insert(&mut self, tick: &TickInsert<'_>, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
     fn schedule_open_runs(&mut self, id: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
+    /// Locks the schedule ([`SCHEDULE_LOCK`]); false when it does not exist.
+    fn schedule_lock(&mut self, id: &str, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
     fn approvals_due(&mut self, now: i64, limit: i64) -> impl Future<Output = StoreResult<Vec<ApprovalRow>>> + Send;
     fn approval_row(
         &mut self,
@@ -244,6 +249,10 @@ macro_rules! impl_wait_tx {
                     .bind(now)
                     .execute(&mut **self)
                     .await?;
+                Ok(done.rows_affected() == 1)
+            }
+            async fn schedule_lock(&mut self, id: &str, now: i64) -> StoreResult<bool> {
+                let done = sqlx::query::<$db>(SCHEDULE_LOCK).bind(id).bind(now).execute(&mut **self).await?;
                 Ok(done.rows_affected() == 1)
             }
             async fn schedule_open_runs(&mut self, id: &str) -> StoreResult<Vec<String>> {

@@ -165,6 +165,19 @@ pub struct ScheduleFire {
     pub now_ms: i64,
 }
 
+/// A "run now" of a schedule: one run started at `now_ms` under the schedule's overlap policy, as a tick.
+#[derive(Debug, Clone)]
+pub struct ScheduleTrigger {
+    /// The schedule.
+    pub schedule_id: String,
+    /// Its overlap policy.
+    pub overlap: Overlap,
+    /// The run to start (its `fire_at_ms` is now), or why its plan does not validate.
+    pub tick: TickRun,
+    /// Now.
+    pub now_ms: i64,
+}
+
 /// What a tick pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FireOutcome {
@@ -397,6 +410,15 @@ impl Store {
     /// [`StoreError::Database`] (retryable: nothing was fired).
     pub async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<FireOutcome> {
         in_tx!(self, |tx, events| flow::schedule::fire(&mut tx, f, &mut events).await?)
+    }
+
+    /// Starts a run of a schedule now, under its overlap policy ([`ScheduleTrigger`]); `None` when the schedule
+    /// does not exist.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable: nothing was fired).
+    pub async fn schedule_trigger(&self, t: &ScheduleTrigger) -> StoreResult<Option<FireOutcome>> {
+        in_tx!(self, |tx, events| flow::schedule::trigger(&mut tx, t, &mut events).await?)
     }
 
     /// Steps waiting for approval across runs, oldest first.

@@ -1,4 +1,4 @@
-//! `cairn schedule create|list|show|pause|resume|delete|next`: cron schedules over the REST API, and
+//! `cairn schedule create|list|show|pause|resume|trigger|delete|next`: cron schedules over the REST API, and
 //! `cairn approvals`: steps waiting for a person across runs.
 
 use std::path::PathBuf;
@@ -29,6 +29,8 @@ enum Command {
     Pause(One),
     /// Resume a schedule from now (ticks that fell in the pause do not fire).
     Resume(One),
+    /// Start a run now, under the schedule's overlap policy as a tick would (also while it is paused).
+    Trigger(One),
     /// Delete a schedule (its runs stay).
     Delete(One),
     /// Preview the next fire times, UTC and local.
@@ -120,6 +122,11 @@ pub async fn run(args: &Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             let verb = if matches!(args.command, Command::Pause(_)) { "pause" } else { "resume" };
             let s = a.target.client(settings)?.post(&format!("/v1/schedules/{}:{verb}", a.id), None).await?;
             print_one(&s, a.target.json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Trigger(a) => {
+            let started = a.target.client(settings)?.post(&format!("/v1/schedules/{}:trigger", a.id), None).await?;
+            out!("run {} started", started["run_id"].as_str().unwrap_or("?"));
             Ok(ExitCode::SUCCESS)
         }
         Command::Delete(a) => {

@@ -1,5 +1,5 @@
 //! Cron schedules: `POST /v1/schedules`, `GET /v1/schedules`, `GET|PATCH|DELETE /v1/schedules/{id}`,
-//! `POST /v1/schedules/{id}:pause|:resume`, `GET /v1/schedules/{id}/next?count=N`.
+//! `POST /v1/schedules/{id}:pause|:resume|:trigger`, `GET /v1/schedules/{id}/next?count=N`.
 //!
 //! A schedule is shown as the stored record plus `next_fire_at` (RFC 3339 UTC) and `next_fire_local` (in the
 //! schedule's zone), and, on `GET /v1/schedules/{id}`, its most recent ticks.
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::body::StrictJson;
 use super::error::ApiError;
-use crate::scheduler::{ScheduleOpError, SchedulePatch, ScheduleSpec};
+use crate::scheduler::{ScheduleOpError, SchedulePatch, ScheduleSpec, TriggerOutcome};
 
 /// Most ticks shown with a schedule.
 const TICKS_SHOWN: i64 = 20;
@@ -120,17 +120,33 @@ pub(super) async fn delete(State(state): State<AppState>, Path(id): Path<String>
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `POST /v1/schedules/{id}:pause|:resume`.
+/// `POST /v1/schedules/{id}:pause|:resume|:trigger`.
 pub(super) async fn action(State(state): State<AppState>, Path(id_verb): Path<String>) -> Result<Response, ApiError> {
     let Some((id, verb)) = id_verb.rsplit_once(':') else {
         return Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "use GET, PATCH or DELETE"));
     };
     let s = match verb {
+        "trigger" => return trigger(&state, id).await,
         "pause" => state.engine.pause_schedule(id).await?,
         "resume" => state.engine.resume_schedule(id).await?,
         _ => return Err(ApiError::not_found("route")),
     };
     Ok(Json(view(&s, None)).into_response())
+}
+
+/// `POST /v1/schedules/{id}:trigger` ("run now"): 201 `{run_id, cancelled}` with the run started, or 409
+/// `overlap_skipped` when the overlap policy is `skip` and a run of the schedule is still open.
+async fn trigger(state: &AppState, id: &str) -> Result<Response, ApiError> {
+    match state.engine.trigger_schedule(id).await? {
+        TriggerOutcome::Started { run_id, cancelled } => {
+            Ok((StatusCode::CREATED, Json(json!({"run_id": run_id, "cancelled": cancelled}))).into_response())
+        }
+        TriggerOutcome::Skipped => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "overlap_skipped",
+            format!("schedule `{id}` has a run still open and its overlap policy is skip; a skipped tick is recorded"),
+        )),
+    }
 }
 
 /// `GET /v1/schedules/{id}/next` query.

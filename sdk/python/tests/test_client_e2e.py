@@ -185,6 +185,10 @@ def test_schedules(general_worker: WorkerProc, client: cairn.Client) -> None:
     assert len(fires) == 3 and all(f.local and "04:30" in f.local for f in fires)
     with pytest.raises(cairn.Conflict):
         client.schedules.create("0 3 * * *", greet_plan(general_worker), id=sid)
+    assert client.schedules.pause(sid).paused
+    run_id = client.schedules.trigger(sid)
+    assert client.wait(run_id, timeout=30).status == "succeeded", "run now works while paused"
+    assert client.schedules.get(sid).ticks[0]["outcome"] == "started"
     client.schedules.delete(sid)
     with pytest.raises(cairn.NotFound):
         client.schedules.get(sid)

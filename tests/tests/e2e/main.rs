@@ -23,6 +23,7 @@ mod cases_d11_d12_idempotency;
 mod cases_d14_d15_leases;
 mod cases_d16_retry_timeouts;
 mod cases_d18_catch_up;
+mod cases_d19_run_now;
 mod cases_d21_ambiguous_commit;
 mod cases_d23_values;
 mod cases_d25_missing_action;

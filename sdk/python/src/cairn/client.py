@@ -135,7 +135,8 @@ class Client(_Common):
                  transport: Optional[httpx.BaseTransport] = None) -> None:
         super().__init__(url, token)
         self._http = httpx.Client(base_url=self.url, headers=self._headers, timeout=timeout, transport=transport)
-        #: Cron schedules: ``create``, ``list``, ``get``, ``update``, ``pause``, ``resume``, ``delete``, ``next``.
+        #: Cron schedules: ``create``, ``list``, ``get``, ``update``, ``pause``, ``resume``, ``trigger``, ``delete``,
+        #: ``next``.
         self.schedules = Schedules(self)
 
     def __enter__(self) -> "Client":
@@ -369,6 +370,12 @@ class Schedules:
         """Resumes from now (ticks inside the pause never fire)."""
         return Schedule.model_validate(self._c._request("POST", f"/v1/schedules/{_seg(schedule_id)}:resume"))
 
+    def trigger(self, schedule_id: str) -> str:
+        """Starts a run now under the schedule's overlap policy, as a tick would (also while it is paused);
+        returns the run id. Raises :class:`cairn.Conflict` (``overlap_skipped``) when the policy is ``skip`` and
+        a run of the schedule is still open."""
+        return self._c._request("POST", f"/v1/schedules/{_seg(schedule_id)}:trigger")["run_id"]
+
     def delete(self, schedule_id: str) -> None:
         """Deletes the schedule (its runs stay)."""
         self._c._request("DELETE", f"/v1/schedules/{_seg(schedule_id)}")
@@ -584,6 +591,10 @@ class AsyncSchedules:
     async def pause(self, schedule_id: str) -> Schedule:
         """See :meth:`Schedules.pause`."""
         return Schedule.model_validate(await self._c._request("POST", f"/v1/schedules/{_seg(schedule_id)}:pause"))
+
+    async def trigger(self, schedule_id: str) -> str:
+        """See :meth:`Schedules.trigger`."""
+        return (await self._c._request("POST", f"/v1/schedules/{_seg(schedule_id)}:trigger"))["run_id"]
 
     async def resume(self, schedule_id: str) -> Schedule:
         """See :meth:`Schedules.resume`."""
