@@ -132,8 +132,21 @@ impl HttpApp {
 
     /// Starts an orchestrator with `options`.
     pub async fn start_with(backend: Backend, clock: Arc<ManualClock>, options: HttpAppOptions) -> HttpApp {
+        Self::start_on(database_url(backend).await, clock, options).await
+    }
+
+    /// Stops this orchestrator (gracefully) and starts another on the same database and clock, with the default
+    /// options and the same token: an orchestrator restart. The ports change.
+    pub async fn restart(mut self) -> HttpApp {
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
+        }
+        let options = HttpAppOptions { token: self.token.clone(), ..HttpAppOptions::default() };
+        Self::start_on(self.db_url.clone(), self.clock.clone(), options).await
+    }
+
+    async fn start_on(db_url: String, clock: Arc<ManualClock>, options: HttpAppOptions) -> HttpApp {
         cairn_workers::actions::install_crypto_provider();
-        let db_url = database_url(backend).await;
         let local = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut api = ApiConfig { token: options.token.clone().map(Into::into), ..ApiConfig::default() };
         if let Some(limit) = options.max_body_bytes {
