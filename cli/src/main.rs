@@ -79,6 +79,9 @@ enum Command {
     Fail(command::runs::StepArgs),
     /// Run every failed and cancelled step of a failed or cancelled run again (succeeded steps keep their outputs).
     Redrive(command::runs::RedriveArgs),
+    /// Start a new run of a finished run from one step: it and its descendants run again, the others keep their
+    /// outputs (prints the new run's id).
+    Rerun(command::runs::RerunArgs),
     /// Cron schedules: create, list, show, pause, resume, delete, and preview fire times (`next`).
     Schedule(command::schedule::Args),
     /// List steps waiting for approval across runs.
@@ -134,6 +137,7 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Skip(args) => command::runs::decide("skip", args, &settings).await,
             Command::Fail(args) => command::runs::decide("fail", args, &settings).await,
             Command::Redrive(args) => command::runs::redrive(args, &settings).await,
+            Command::Rerun(args) => command::runs::rerun(args, &settings).await,
             Command::Worker(args) => command::worker::run(args, &settings).await,
             Command::Bench(args) => command::bench::run(args).await,
             Command::Schedule(args) => command::schedule::run(args, &settings).await,

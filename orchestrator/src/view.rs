@@ -51,6 +51,6 @@ pub fn detail_view(detail: RunDetail, served: &HashSet<String>) -> Value {
     json!({
         "id": run.id, "status": run.status, "plan_id": run.plan_id, "step_count": run.step_count,
         "open_steps": run.open_steps, "failure": run.failure, "created_at_ms": run.created_at_ms,
-        "finished_at_ms": run.finished_at_ms, "steps": steps,
+        "finished_at_ms": run.finished_at_ms, "rerun_of": run.rerun_of, "steps": steps,
     })
 }

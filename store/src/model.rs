@@ -165,6 +165,8 @@ pub struct RunSummary {
     pub created_at_ms: i64,
     /// Finish time.
     pub finished_at_ms: Option<i64>,
+    /// The run this one reran from a step (`POST /v1/runs/{id}:rerun`), if any.
+    pub rerun_of: Option<String>,
 }
 
 /// A step as shown by the API.

@@ -23,6 +23,7 @@ fn run_summary(row: RunRow) -> StoreResult<RunSummary> {
         failure: json_opt("runs.failure", row.failure)?,
         created_at_ms: row.created_at,
         finished_at_ms: row.finished_at,
+        rerun_of: row.rerun_of,
     })
 }
 

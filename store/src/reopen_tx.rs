@@ -57,6 +57,30 @@ pub(crate) const RUN_REOPEN: &str = "UPDATE runs SET status = $2, open_steps = o
 pub(crate) const STEP_CANDIDATE: &str = "SELECT step_id, dep_count, pending_deps, trigger_rule, when_expr, approval, \
      not_before_at, status, available_at FROM steps WHERE run_id = $1 AND step_id = $2 AND status = 'pending'";
 
+/// A rerun's run row: the old run's plan, input and context, `$3` open and `$4` failed steps, linked to it.
+/// Index: `runs` PK.
+pub(crate) const RUN_COPY: &str = "INSERT INTO runs (id, plan_id, status, input, context, step_count, open_steps, \
+     failed_steps, rerun_of, created_at, updated_at) SELECT $2, plan_id, 'pending', input, context, step_count, $3, \
+     $4, id, $5, $5 FROM runs WHERE id = $1";
+
+/// A rerun's steps as the old run left them (status, args, output, failure record; no attempt, lease or
+/// checkpoint); those that run again are then reset ([`STEP_RESET`]). Index: `steps` PK prefix.
+pub(crate) const STEPS_COPY: &str = "INSERT INTO steps (run_id, step_id, position, action, status, args, when_expr, \
+     trigger_rule, idempotent, timeout_ms, heartbeat_timeout_ms, retry, approval, dep_count, pending_deps, \
+     not_before_at, not_before_local, output, error, finished_at, updated_at, child_count, successor_action, \
+     starts_itself, args_revision) SELECT $2, step_id, position, action, status, args, when_expr, trigger_rule, \
+     idempotent, timeout_ms, heartbeat_timeout_ms, retry, approval, dep_count, 0, not_before_at, not_before_local, \
+     output, error, finished_at, $3, child_count, successor_action, starts_itself, args_revision \
+     FROM steps WHERE run_id = $1";
+
+/// A rerun's dependency edges. Index: `step_edges` PK prefix.
+pub(crate) const EDGES_COPY: &str =
+    "INSERT INTO step_edges (run_id, parent, child) SELECT $2, parent, child FROM step_edges WHERE run_id = $1";
+
+/// A step of a rerun that runs again: `pending`, waiting for `$3` dependencies. Index: `steps` PK.
+pub(crate) const STEP_RESET: &str = "UPDATE steps SET status = 'pending', pending_deps = $3, output = NULL, \
+     error = NULL, finished_at = NULL, updated_at = $4 WHERE run_id = $1 AND step_id = $2";
+
 /// Reopening statements. Every method runs inside the caller's transaction.
 pub(crate) trait ReopenTx: Send {
     /// Locks the run; its `(status, cancel_requested)`, `None` when it does not exist.
@@ -94,6 +118,22 @@ pub(crate) trait ReopenTx: Send {
         run_id: &str,
         status: &str,
         opened: StepsClosed,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Copies run `old` into a new run `new` ([`RUN_COPY`], [`STEPS_COPY`], [`EDGES_COPY`]) with these counters.
+    fn run_copy(
+        &mut self,
+        old: &str,
+        new: &str,
+        counters: (i64, i64),
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Resets a step of a rerun ([`STEP_RESET`]).
+    fn step_reset(
+        &mut self,
+        run_id: &str,
+        step_id: &str,
+        pending_deps: i64,
         now: i64,
     ) -> impl Future<Output = StoreResult<()>> + Send;
     /// A pending step as a release returns it, `None` when it is not pending.
@@ -179,6 +219,36 @@ macro_rules! impl_reopen_tx {
                     .bind(status)
                     .bind(opened.steps)
                     .bind(opened.failed)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                Ok(())
+            }
+            async fn run_copy(&mut self, old: &str, new: &str, counters: (i64, i64), now: i64) -> StoreResult<()> {
+                let (open, failed) = counters;
+                sqlx::query::<$db>(RUN_COPY)
+                    .bind(old)
+                    .bind(new)
+                    .bind(open)
+                    .bind(failed)
+                    .bind(now)
+                    .execute(&mut **self)
+                    .await?;
+                sqlx::query::<$db>(STEPS_COPY).bind(old).bind(new).bind(now).execute(&mut **self).await?;
+                sqlx::query::<$db>(EDGES_COPY).bind(old).bind(new).execute(&mut **self).await?;
+                Ok(())
+            }
+            async fn step_reset(
+                &mut self,
+                run_id: &str,
+                step_id: &str,
+                pending_deps: i64,
+                now: i64,
+            ) -> StoreResult<()> {
+                sqlx::query::<$db>(STEP_RESET)
+                    .bind(run_id)
+                    .bind(step_id)
+                    .bind(pending_deps)
                     .bind(now)
                     .execute(&mut **self)
                     .await?;

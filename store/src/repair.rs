@@ -1,6 +1,6 @@
 //! Repairing a run without starting over (contract §6, "Repairing a run"): an operator's retry of a failed or
-//! `outcome_unknown` step, optionally with repaired args, and a redrive of a failed or cancelled run. One
-//! transaction each (`flow::retry`).
+//! `outcome_unknown` step, optionally with repaired args; a redrive of a failed or cancelled run; a rerun of a
+//! finished run from one step. One transaction each (`flow::retry`).
 
 use cairn_core::state::{RunStatus, StepStatus};
 use serde_json::Value;
@@ -75,6 +75,43 @@ pub enum RedriveOutcome {
     WrongState(RunStatus),
 }
 
+/// A new run of a finished run's plan and input from one step (`rerun --from`): the step and every step that
+/// depends on it run again; every other step keeps the old run's status and output (its args revision too) and
+/// does not run. The new run records `rerun_of`.
+#[derive(Debug, Clone, Copy)]
+pub struct RunRerun<'a> {
+    /// The finished run.
+    pub run_id: &'a str,
+    /// The new run's id.
+    pub new_run_id: &'a str,
+    /// The step to run again from.
+    pub from: &'a str,
+    /// Who decided.
+    pub by: &'a str,
+    /// Why.
+    pub reason: Option<&'a str>,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// What a [`RunRerun`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RerunOutcome {
+    /// The new run was created; `reset`: the steps that run again, in plan order.
+    Started {
+        /// The new run.
+        run_id: String,
+        /// Steps that run again.
+        reset: Vec<String>,
+    },
+    /// No such run.
+    NoSuchRun,
+    /// The run has no such step.
+    NoSuchStep,
+    /// The run has not finished.
+    NotFinished(RunStatus),
+}
+
 impl Store {
     /// Retries a step ([`StepRetry`]); nothing changes unless the outcome is [`RetryOutcome::Retried`].
     ///
@@ -82,6 +119,15 @@ impl Store {
     /// [`crate::StoreError::Database`] (retryable).
     pub async fn step_retry(&self, req: &StepRetry<'_>) -> StoreResult<RetryOutcome> {
         in_tx!(self, |tx, events| flow::retry::step_retry(&mut tx, req, &mut events).await?)
+    }
+
+    /// Reruns a finished run from a step ([`RunRerun`]); nothing changes unless the outcome is
+    /// [`RerunOutcome::Started`].
+    ///
+    /// # Errors
+    /// [`crate::StoreError::Database`] (retryable).
+    pub async fn run_rerun(&self, req: &RunRerun<'_>) -> StoreResult<RerunOutcome> {
+        in_tx!(self, |tx, events| flow::retry::run_rerun(&mut tx, req, &mut events).await?)
     }
 
     /// Redrives a run ([`RunRedrive`]); nothing changes unless the outcome is [`RedriveOutcome::Redriven`].

@@ -105,6 +105,7 @@ pub(crate) struct RunRow {
     pub failure: Option<String>,
     pub created_at: i64,
     pub finished_at: Option<i64>,
+    pub rerun_of: Option<String>,
 }
 
 /// A step as stored, for display.

@@ -218,11 +218,11 @@ pub(crate) const STEP_STATE: &str = "SELECT step_id, status, output FROM steps W
 
 /// One run. Index: `runs` PK.
 pub(crate) const RUN_GET: &str = "SELECT id, plan_id, status, input, step_count, open_steps, failure, created_at, \
-     finished_at FROM runs WHERE id = $1";
+     finished_at, rerun_of FROM runs WHERE id = $1";
 
 /// Runs, newest first, optionally by status. Index: `runs_status_created_idx` or a scan of `runs`.
 pub(crate) const RUNS_LIST: &str = "SELECT id, plan_id, status, input, step_count, open_steps, failure, created_at, \
-     finished_at FROM runs WHERE (CAST($1 AS TEXT) IS NULL OR status = CAST($1 AS TEXT)) ORDER BY created_at DESC, id DESC LIMIT $2 + 0 OFFSET $3 + 0";
+     finished_at, rerun_of FROM runs WHERE (CAST($1 AS TEXT) IS NULL OR status = CAST($1 AS TEXT)) ORDER BY created_at DESC, id DESC LIMIT $2 + 0 OFFSET $3 + 0";
 
 /// Steps of a run in plan order. Index: `steps` PK prefix.
 pub(crate) const STEPS_OF_RUN: &str = "SELECT step_id, action, status, attempt, output, error, available_at, \

@@ -1,5 +1,5 @@
 //! Client commands over the REST API: `submit`, `runs`, `show`, `logs`, `cancel`, `approve`, `reject`, `retry`,
-//! `skip`, `fail`, `redrive`, and the printing they share with `run`.
+//! `skip`, `fail`, `redrive`, `rerun`, and the printing they share with `run`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -320,6 +320,39 @@ pub async fn redrive(args: &RedriveArgs, settings: &Settings) -> anyhow::Result<
     }
     let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:redrive", args.run), Some(&body)).await?;
     out!("run {}: {}", args.run, run["status"].as_str().unwrap_or("?"));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `cairn rerun`.
+#[derive(clap::Args, Debug)]
+pub struct RerunArgs {
+    /// The finished run.
+    run: String,
+    /// The step to run again from: it and every step that depends on it run; the others keep their outputs.
+    #[arg(long)]
+    from: String,
+    /// Who decides (recorded in the history).
+    #[arg(long, default_value = "cli")]
+    by: String,
+    /// Why (recorded in the history).
+    #[arg(long)]
+    reason: Option<String>,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `cairn rerun RUN --from STEP`: prints the new run's id.
+pub async fn rerun(args: &RerunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let mut body = json!({"from": args.from, "by": args.by});
+    if let Some(reason) = &args.reason {
+        body["reason"] = json!(reason);
+    }
+    let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:rerun", args.run), Some(&body)).await?;
+    if args.target.json {
+        out!("{}", serde_json::to_string(&run)?);
+    } else {
+        out!("{}", run["id"].as_str().unwrap_or("?"));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

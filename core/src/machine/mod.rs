@@ -10,7 +10,7 @@
 //! - [`OperatorAction::rule`]: what an operator's retry, skip or fail does to a parked step, and which approval
 //!   end an approve or reject is.
 //! - [`reopen`]: what running failed or cancelled steps again (an operator's retry, a redrive) opens again,
-//!   and how the run's counters take them back.
+//!   and how the run's counters take them back; [`rerun_from`]: what a new run from one step runs again.
 //! - [`RunGraph`]: a whole run in memory; [`RunGraph::apply`] takes an [`Event`] and returns the
 //!   [`Transition`]s it causes, cascading readiness, `when` and skip propagation level by level, in the order of
 //!   the stores' events. The stores apply the same [`decide`] incrementally against the database; `RunGraph` is
@@ -184,6 +184,6 @@ pub use decide::{
     ApprovalEnd, Decision, Next, SkipReason, StepRules, WhenPending, after_approval, decide, starts_itself,
 };
 pub use operator::{OperatorAction, OperatorRule};
-pub use reopen::{ReopenRefused, Reopened, Reopening, RunStep, redrive_targets, reopen, reopenable};
+pub use reopen::{ReopenRefused, Reopened, Reopening, Rerun, RunStep, redrive_targets, reopen, reopenable, rerun_from};
 pub use run_end::{RunCounters, StepsClosed, run_end};
 pub use run_graph::RunGraph;

@@ -79,6 +79,53 @@ pub enum ReopenRefused {
     },
 }
 
+/// A new run of a finished run's plan and input from one step (`rerun --from`): which steps run again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rerun {
+    /// The step and every step that depends on it, directly or not, in plan order, each `pending` with the
+    /// number of its dependencies that run again; every other step keeps the old run's status and output.
+    pub reset: Vec<(String, i64)>,
+    /// The new run's open steps (those that run again).
+    pub open_steps: i64,
+    /// The new run's failed steps (failed steps it keeps).
+    pub failed_steps: i64,
+}
+
+/// What [`Rerun`] runs again of the finished run `steps` (plan order) from step `from`.
+///
+/// # Errors
+/// [`ReopenRefused::UnknownStep`] when the run has no step `from`.
+pub fn rerun_from(steps: &[RunStep<'_>], from: &str) -> Result<Rerun, ReopenRefused> {
+    let start = steps.iter().find(|s| s.id == from).ok_or_else(|| ReopenRefused::UnknownStep(from.to_owned()))?;
+    let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
+    for step in steps {
+        for parent in &step.parents {
+            children.entry(*parent).or_default().push(step.id);
+        }
+    }
+    let mut again: HashSet<&str> = HashSet::from([start.id]);
+    let mut queue = vec![start.id];
+    while let Some(id) = queue.pop() {
+        for child in children.get(id).into_iter().flatten() {
+            if again.insert(child) {
+                queue.push(child);
+            }
+        }
+    }
+    let mut reset = Vec::new();
+    let mut failed_steps = 0;
+    for step in steps {
+        if again.contains(step.id) {
+            let waits = step.parents.iter().filter(|p| again.contains(*p)).count();
+            reset.push((step.id.to_owned(), i64::try_from(waits).unwrap_or(i64::MAX)));
+        } else if step.status == StepStatus::Failed {
+            failed_steps += 1;
+        }
+    }
+    let open_steps = i64::try_from(reset.len()).unwrap_or(i64::MAX);
+    Ok(Rerun { reset, open_steps, failed_steps })
+}
+
 /// A redrive's targets: every failed and cancelled step, in plan order.
 pub fn redrive_targets<'a>(steps: &[RunStep<'a>]) -> Vec<&'a str> {
     steps.iter().filter(|s| reopenable(s.status)).map(|s| s.id).collect()
@@ -204,6 +251,22 @@ mod tests {
         let expected = [("charge", OutcomeUnknown, 0), ("fetch", Pending, 0), ("bad", Pending, 0), ("c", Pending, 1)];
         assert_eq!(got, expected);
         assert_eq!(r.opened, StepsClosed { steps: 4, failed: 1 });
+    }
+
+    #[test]
+    fn a_rerun_from_a_step_runs_it_and_its_descendants_and_keeps_the_rest() {
+        // a ✓ → b ✓ → c ✗; a → d ✓; e ✗ on its own.
+        let steps = [
+            step("a", Succeeded, &[]),
+            step("b", Succeeded, &["a"]),
+            step("c", Failed, &["b"]),
+            step("d", Succeeded, &["a"]),
+            step("e", Failed, &[]),
+        ];
+        let r = rerun_from(&steps, "b").expect("b exists");
+        assert_eq!(r.reset, [("b".to_owned(), 0), ("c".to_owned(), 1)]);
+        assert_eq!((r.open_steps, r.failed_steps), (2, 1), "e stays failed in the new run");
+        assert_eq!(rerun_from(&steps, "z"), Err(ReopenRefused::UnknownStep("z".into())));
     }
 
     #[test]

@@ -116,9 +116,10 @@ impl From<crate::engine::RetryError> for ApiError {
                 err
             }
             RetryError::NotFound => ApiError::not_found("run or step"),
-            RetryError::WrongState(_) | RetryError::RunCancelled | RetryError::RunNotFinished(_) => {
-                ApiError::new(StatusCode::CONFLICT, "wrong_state", e.to_string())
-            }
+            RetryError::WrongState(_)
+            | RetryError::RunCancelled
+            | RetryError::RunNotFinished(_)
+            | RetryError::NotFinished(_) => ApiError::new(StatusCode::CONFLICT, "wrong_state", e.to_string()),
             RetryError::Store(e) => e.into(),
         }
     }

@@ -120,7 +120,7 @@ pub(super) async fn show(
     }
 }
 
-/// `POST /v1/runs/{id}:cancel|:redrive`.
+/// `POST /v1/runs/{id}:cancel|:redrive|:rerun`.
 pub(super) async fn run_action(
     State(state): State<AppState>,
     Path(id_verb): Path<String>,
@@ -130,7 +130,7 @@ pub(super) async fn run_action(
     match verb {
         "cancel" => {}
         "redrive" => {
-            let decision = decision_body(&body)?;
+            let decision: DecisionBody = decision_body(&body)?;
             if decision.args.is_some() {
                 return Err(ApiError::bad_request("`args` apply to a step's retry, not to a redrive"));
             }
@@ -143,6 +143,7 @@ pub(super) async fn run_action(
             let view = run_view(&state.engine, id).await?.ok_or_else(|| ApiError::not_found("run"))?;
             return Ok(Json(view).into_response());
         }
+        "rerun" => return rerun(&state, id, decision_body(&body)?).await,
         _ => return Err(ApiError::not_found("route")),
     }
     if state.engine.store().run(id).await?.is_none() {
@@ -153,6 +154,34 @@ pub(super) async fn run_action(
     }
     let view = run_view(&state.engine, id).await?.ok_or_else(|| ApiError::not_found("run"))?;
     Ok(Json(view).into_response())
+}
+
+/// Body of `POST /v1/runs/{id}:rerun`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RerunBody {
+    /// The step to run again from (it and its descendants run; the other steps keep their outputs).
+    #[serde(default)]
+    from: Option<String>,
+    /// Who decided.
+    #[serde(default)]
+    by: Option<String>,
+    /// Why.
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /v1/runs/{id}:rerun`: 201 with the new run.
+async fn rerun(state: &AppState, id: &str, body: RerunBody) -> Result<Response, ApiError> {
+    let from = body.from.ok_or_else(|| ApiError::bad_request("`from` names the step to rerun from"))?;
+    let by = body.by.unwrap_or_else(|| "api".into());
+    cairn_core::text::OPERATOR_NOTE.check(&by)?;
+    if let Some(reason) = &body.reason {
+        cairn_core::text::OPERATOR_NOTE.check(reason)?;
+    }
+    let new = state.engine.rerun_run(id, &from, &by, body.reason.as_deref()).await?;
+    let view = run_view(&state.engine, &new).await?.ok_or_else(|| ApiError::not_found("run"))?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
 /// Body of a step decision. Unknown fields are refused (a typo such as `{"bye": …}` must not pass silently).
@@ -172,9 +201,9 @@ pub(super) struct DecisionBody {
 }
 
 /// The optional body of a decision: `{"by": "alice"}` records who decided.
-fn decision_body(body: &[u8]) -> Result<DecisionBody, ApiError> {
+fn decision_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
     if body.is_empty() {
-        return Ok(DecisionBody::default());
+        return Ok(T::default());
     }
     let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the body is not valid UTF-8"))?;
     let value = cairn_core::document::parse(text, cairn_core::document::Format::Json)
@@ -197,7 +226,7 @@ pub(super) async fn step_action(
         "fail" => OperatorAction::Fail,
         _ => return Err(ApiError::not_found("route")),
     };
-    let decision = decision_body(&body)?;
+    let decision: DecisionBody = decision_body(&body)?;
     let by = decision.by.unwrap_or_else(|| "api".into());
     cairn_core::text::OPERATOR_NOTE.check(&by)?;
     if let Some(reason) = &decision.reason {

@@ -1,12 +1,13 @@
 //! Repairing a run without starting over (contract §6, "Repairing a run"): an operator's retry of a failed or
 //! `outcome_unknown` step, optionally with repaired args, which are validated as a submission validates its plan
-//! (the action's schema, the plan's references) before anything changes; a redrive of a failed or cancelled run.
+//! (the action's schema, the plan's references) before anything changes; a redrive of a failed or cancelled run;
+//! a rerun of a finished run from one step.
 
 use cairn_core::diagnostic::Diagnostic;
 use cairn_core::state::RunStatus;
 use cairn_core::state::StepStatus;
 use cairn_core::validate::validate_value;
-use cairn_store::{RedriveOutcome, RetryOutcome, RunRedrive, StepRetry, StoreError};
+use cairn_store::{RedriveOutcome, RerunOutcome, RetryOutcome, RunRedrive, RunRerun, StepRetry, StoreError};
 use serde_json::Value;
 
 use super::Engine;
@@ -41,6 +42,9 @@ pub enum RetryError {
     /// The run was cancelled (HTTP 409).
     #[error("the run was cancelled; redrive it to run its steps again")]
     RunCancelled,
+    /// A rerun of a run that has not finished (HTTP 409).
+    #[error("the run is {0}; only a finished run can be rerun")]
+    NotFinished(RunStatus),
     /// A redrive of a run that is neither failed nor cancelled (HTTP 409).
     #[error("the run is {0}; only a failed or cancelled run can be redriven")]
     RunNotFinished(RunStatus),
@@ -92,6 +96,33 @@ impl Engine {
             }
             RedriveOutcome::NoSuchRun => Err(RetryError::NotFound),
             RedriveOutcome::WrongState(status) => Err(RetryError::RunNotFinished(status)),
+        }
+    }
+
+    /// A new run of a finished run's plan and input from step `from`: it and its descendants run again, every
+    /// other step keeps the old run's status and output. Returns the new run's id.
+    ///
+    /// # Errors
+    /// [`RetryError::NotFound`] (no such run or step), [`RetryError::NotFinished`], [`RetryError::Store`].
+    pub async fn rerun_run(
+        &self,
+        run_id: &str,
+        from: &str,
+        by: &str,
+        reason: Option<&str>,
+    ) -> Result<String, RetryError> {
+        let now_ms = self.now_ms();
+        let new_run_id = super::new_run_id(self.inner.clock.now());
+        let rerun = RunRerun { run_id, new_run_id: &new_run_id, from, by, reason, now_ms };
+        match self.inner.store.run_rerun(&rerun).await? {
+            RerunOutcome::Started { run_id: new, reset } => {
+                tracing::info!(rerun_of = run_id, run_id = %new, from, steps = reset.len(), "run rerun");
+                crate::trace::run_submitted(&new);
+                self.wake();
+                Ok(new)
+            }
+            RerunOutcome::NoSuchRun | RerunOutcome::NoSuchStep => Err(RetryError::NotFound),
+            RerunOutcome::NotFinished(status) => Err(RetryError::NotFinished(status)),
         }
     }
 

@@ -104,6 +104,10 @@ def test_retry_of_a_failed_step_with_repaired_args(general_worker: WorkerProc, c
                      lambda r: r.status == "failed" and r.step("b").attempts == 3)
     assert again.step("b").error.details == {"customer": 8}, "a redrive keeps the repaired args"
     assert again.step("a").attempts == 1
+    rerun = client.rerun(run.id, "b", by="ops")
+    assert rerun.id != run.id and rerun.rerun_of == run.id
+    assert rerun.step("a").status == "succeeded" and rerun.step("a").attempts == 0, "a is reused, not run"
+    assert client.wait(rerun.id, timeout=30).status == "failed"
 
 
 def test_idempotency_keys(general_worker: WorkerProc, client: cairn.Client) -> None:

@@ -2,7 +2,8 @@
 //! attempt budget, its run reopens and the dependents it had skipped are decided again ([`machine::reopen`]); an
 //! `outcome_unknown` step gets a new attempt ([`super::control::operate`]); either may come with repaired args,
 //! which replace the step's args on the run (the plan stays as submitted) and give it a new idempotency key. A
-//! redrive: every failed and cancelled step of a finished run runs again the same way.
+//! redrive: every failed and cancelled step of a finished run runs again the same way. A rerun: a new run of a
+//! finished run's plan and input from one step, reusing every other step's status and output.
 
 use std::collections::HashMap;
 
@@ -15,7 +16,7 @@ use super::event;
 use super::settle::{after_final, decide};
 use crate::error::{StoreError, StoreResult};
 use crate::reopen_tx::{ReopenTx, RunStepRow};
-use crate::repair::{RedriveOutcome, RetryOutcome, RunRedrive, StepRetry};
+use crate::repair::{RedriveOutcome, RerunOutcome, RetryOutcome, RunRedrive, RunRerun, StepRetry};
 use crate::rows::EventInsert;
 use crate::tx::StepTx;
 use crate::wait_tx::WaitTx;
@@ -78,6 +79,45 @@ pub(crate) async fn run_redrive<T: StepTx + WaitTx + ReopenTx>(
     let data = note(req.by, req.reason, json!({"redrive": true}));
     let reopened = apply(tx, run_id, run_status, reopening, data, now, events).await?;
     Ok(RedriveOutcome::Redriven { reopened })
+}
+
+/// Applies `req` ([`RerunOutcome`] says what happened; nothing changes unless it is `Started`).
+pub(crate) async fn run_rerun<T: StepTx + WaitTx + ReopenTx>(
+    tx: &mut T,
+    req: &RunRerun<'_>,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<RerunOutcome> {
+    let RunRerun { run_id, new_run_id, from, now_ms: now, .. } = *req;
+    let Some((run_status, _)) = tx.run_lock(run_id, now).await? else {
+        return Ok(RerunOutcome::NoSuchRun);
+    };
+    let run_status = parse_run(&run_status)?;
+    if !run_status.is_final() {
+        return Ok(RerunOutcome::NotFinished(run_status));
+    }
+    let (rows, edges) = tx.run_graph(run_id).await?;
+    let graph = graph(&rows, &edges)?;
+    let Ok(rerun) = machine::rerun_from(&graph, from) else {
+        return Ok(RerunOutcome::NoSuchStep);
+    };
+    tx.run_copy(run_id, new_run_id, (rerun.open_steps, rerun.failed_steps), now).await?;
+    let data = note(req.by, req.reason, json!({"rerun_of": run_id, "from": from, "steps": rows.len()}));
+    events.push(event(new_run_id, None, EventKind::RunCreated, data, now));
+    let mut candidates = Vec::new();
+    for (step_id, pending_deps) in &rerun.reset {
+        tx.step_reset(new_run_id, step_id, *pending_deps, now).await?;
+        if *pending_deps == 0 {
+            candidates.extend(tx.step_candidate(new_run_id, step_id).await?);
+        }
+    }
+    let finals = decide(tx, new_run_id, candidates, None, now, events).await?;
+    if !finals.is_empty() {
+        after_final(tx, new_run_id, finals, now, events).await?;
+    }
+    Ok(RerunOutcome::Started {
+        run_id: new_run_id.to_owned(),
+        reset: rerun.reset.into_iter().map(|(s, _)| s).collect(),
+    })
 }
 
 /// Writes a [`Reopening`] of the locked run (its status `run_status`): the steps open again, pending dependents

@@ -229,6 +229,7 @@ fn inserted_detail(run: &NewRun, plan_id: String, rows: &[StepInsert]) -> RunDet
             failure: None,
             created_at_ms: now,
             finished_at_ms: None,
+            rerun_of: None,
         },
         steps,
         attempts: Vec::new(),

@@ -1,7 +1,8 @@
 //! Repairing a failed run without starting over (issue "Operators"): real processes (`cairn serve`, a real
 //! `cairn worker`, the `cairn` CLI) and a local service whose counts show what ran. A failed step is retried
 //! after its endpoint recovers; retried with repaired args; a retry with invalid args changes nothing; a failed
-//! run is redriven. In every case the step that had succeeded never runs again. Case D16 variant d: a failed step's retry gets its own
+//! run is redriven; a failed run is rerun from a step in a new run. In every case the step that had succeeded
+//! never runs again. Case D16 variant d: a failed step's retry gets its own
 //! timeouts, not an instant one.
 
 #![allow(clippy::unwrap_used)]
@@ -140,6 +141,38 @@ async fn a_redriven_run_runs_its_failed_steps_again_and_nothing_that_succeeded(b
     assert_eq!(endpoint.calls_to("/other").len(), 2, "{backend:?}");
     let (code, refused) = orchestrator.post(&format!("/v1/runs/{run_id}:redrive"), &json!({})).await;
     assert_eq!((code, refused["code"].clone()), (409, json!("wrong_state")), "{backend:?}: a succeeded run");
+}
+
+on_both_backends!(a_rerun_from_a_step_reuses_the_outputs_before_it_and_runs_it_and_what_follows);
+async fn a_rerun_from_a_step_reuses_the_outputs_before_it_and_runs_it_and_what_follows(backend: Backend) {
+    let dir = TempDir::new();
+    let healthy = Arc::new(AtomicBool::new(false));
+    let up = healthy.clone();
+    let endpoint = Endpoint::start(move |call| match call.path.as_str() {
+        "/flaky" if !up.load(Ordering::SeqCst) => (500, json!({"error": "down"})),
+        _ => (200, json!({"ok": true})),
+    })
+    .await;
+    let orchestrator = Orchestrator::start(backend, dir.path(), 10_000).await;
+    let _worker = orchestrator.worker("w1", &[], &[]);
+    let old = orchestrator.submit(plan(&endpoint, "/flaky")).await;
+    let failed = orchestrator.wait_run(&old, "the run fails", LIMIT, ended).await;
+    assert_eq!(failed["status"], "failed", "{backend:?}: {failed:#}");
+
+    healthy.store(true, Ordering::SeqCst);
+    let token = [("CAIRN_API_TOKEN", orchestrator.api_token().to_owned())];
+    let args = ["rerun", &old, "--from", "call", "--server", &orchestrator.base_url];
+    let out = cairn_with(dir.path(), &args, &token).await;
+    assert_eq!(out.code, Some(0), "{backend:?}: cairn rerun: {}{}", out.stdout, out.stderr);
+    let new = out.stdout.trim().to_owned();
+
+    let done = orchestrator.wait_run(&new, "the new run ends", LIMIT, ended).await;
+    assert_eq!(done["status"], "succeeded", "{backend:?}: {done:#}");
+    assert_eq!(done["rerun_of"], old.as_str(), "{backend:?}: linked to the old run");
+    assert_eq!(step(&done, "first")["status"], "succeeded", "{backend:?}: reused");
+    assert_eq!(endpoint.calls_to("/first").len(), 1, "{backend:?}: the reused step did not run again");
+    assert_eq!(endpoint.calls_to("/flaky").len(), 2, "{backend:?}: the old run's call and the new run's");
+    assert_eq!(orchestrator.run(&old).await["status"], "failed", "{backend:?}: the old run is unchanged");
 }
 
 on_both_backends!(d16_d_a_retried_step_gets_its_full_timeout_on_every_new_attempt);

@@ -291,6 +291,13 @@ class Client(_Common):
         ``outcome_unknown`` for a decision instead)."""
         return Run.model_validate(self._request("POST", f"/v1/runs/{_seg(run_id)}:redrive", _decision(by, reason=reason)))
 
+    def rerun(self, run_id: str, from_step: str, by: Optional[str] = None, *,
+              reason: Optional[str] = None) -> Run:
+        """A new run of a finished run's plan and input from ``from_step``: it and every step that depends on it
+        run again; every other step keeps the old run's status and output (``rerun_of`` links the two)."""
+        body = _decision(by, reason=reason, **{"from": from_step})
+        return Run.model_validate(self._request("POST", f"/v1/runs/{_seg(run_id)}:rerun", body))
+
     def skip(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
         """Skips an ``outcome_unknown`` step."""
         return self._decide(run_id, step_id, "skip", by)
@@ -522,6 +529,12 @@ class AsyncClient(_Common):
         """See :meth:`Client.redrive`."""
         path = f"/v1/runs/{_seg(run_id)}:redrive"
         return Run.model_validate(await self._request("POST", path, _decision(by, reason=reason)))
+
+    async def rerun(self, run_id: str, from_step: str, by: Optional[str] = None, *,
+                    reason: Optional[str] = None) -> Run:
+        """See :meth:`Client.rerun`."""
+        body = _decision(by, reason=reason, **{"from": from_step})
+        return Run.model_validate(await self._request("POST", f"/v1/runs/{_seg(run_id)}:rerun", body))
 
     async def skip(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
         """See :meth:`Client.skip`."""

@@ -134,6 +134,8 @@ class Run(_Model):
     failure: Optional[RunFailure] = None
     created_at_ms: Optional[int] = None
     finished_at_ms: Optional[int] = None
+    #: The run this one reran from a step (:meth:`cairn.Client.rerun`), if any.
+    rerun_of: Optional[str] = None
     steps: list[Step] = []
 
     @property

@@ -1,11 +1,14 @@
 //! Repairing a run (contract §6, "Repairing a run"). An operator's retry of a failed step: the run reopens, the
 //! step gets a fresh attempt budget, the dependents it skipped are decided again, succeeded steps never run again;
 //! repaired args replace the step's and give it a new idempotency key. A redrive of a failed or cancelled run: its
-//! failed and cancelled steps run again, a non-idempotent one cancelled while it ran waits for an operator. Every
+//! failed and cancelled steps run again, a non-idempotent one cancelled while it ran waits for an operator. A
+//! rerun from a step: a new run in which it and its descendants run and the other steps keep their outputs. Every
 //! finished run has no open step.
 
 use cairn_core::state::{RunStatus, StepStatus};
-use cairn_store::{Claimed, RedriveOutcome, Report, RetryOutcome, RunRedrive, StepRetry, Store};
+use cairn_store::{
+    Claimed, RedriveOutcome, Report, RerunOutcome, RetryOutcome, RunRedrive, RunRerun, StepRetry, Store,
+};
 use serde_json::{Value, json};
 
 use super::support::{T0, action_error, claim, claim_one, complete, events, noop, run, status, step, steps, submit};
@@ -210,6 +213,58 @@ async fn a_redrive_is_refused_for_a_run_that_did_not_fail_or_was_cancelled(store
     assert_eq!(store.run_redrive(&missing).await.expect("redrive"), RedriveOutcome::NoSuchRun);
 }
 
+fn rerun<'a>(from: &'a str, now_ms: i64) -> RunRerun<'a> {
+    RunRerun { run_id: "r1", new_run_id: "r2", from, by: "ops", reason: None, now_ms }
+}
+
+async fn a_rerun_from_a_step_runs_it_and_its_descendants_and_reuses_every_other_output(store: Store) {
+    let doc = steps(vec![
+        noop("a", &[], json!({})),
+        noop("b", &["a"], json!({"v": "$a.output.v"})),
+        json!({"id": "c", "action": "noop", "depends_on": ["b"], "args": {}, "retry": {"max_attempts": 1}}),
+        noop("d", &["a"], json!({})),
+    ]);
+    submit(&store, "r1", &doc).await;
+    let a = claim_one(&store, T0).await;
+    assert_eq!(complete(&store, &a.lease, &json!({"v": 7}), T0).await, Report::Succeeded);
+    for c in claim(&store, T0 + 1).await {
+        assert_eq!(complete(&store, &c.lease, &json!({"done": c.lease.step_id}), T0 + 1).await, Report::Succeeded);
+    }
+    let c = claim_one(&store, T0 + 2).await;
+    store.fail(&c.lease, &action_error("boom"), 0.0, T0 + 2).await.expect("fail");
+    assert_eq!(run(&store, "r1").await.status, RunStatus::Failed);
+    assert_eq!(
+        store.run_rerun(&rerun("zz", T0 + 3)).await.expect("rerun"),
+        RerunOutcome::NoSuchStep,
+        "an unknown step is refused"
+    );
+
+    let outcome = store.run_rerun(&rerun("b", T0 + 3)).await.expect("rerun");
+
+    assert_eq!(outcome, RerunOutcome::Started { run_id: "r2".into(), reset: vec!["b".into(), "c".into()] });
+    let new = run(&store, "r2").await;
+    assert_eq!((new.rerun_of.as_deref(), new.open_steps, new.status), (Some("r1"), 2, RunStatus::Pending));
+    assert_eq!(step(&store, "r2", "a").await.output, Some(json!({"v": 7})), "a's output is reused");
+    assert_eq!(status(&store, "r2", "d").await, "succeeded", "d is not a descendant of b: kept");
+    let b = claim_one(&store, T0 + 3).await;
+    assert_eq!((b.lease.run_id.as_str(), b.lease.step_id.as_str()), ("r2", "b"), "only b runs");
+    assert_eq!(b.args, json!({"v": 7}), "its placeholder resolves from the reused output");
+    assert_eq!(complete(&store, &b.lease, &json!({}), T0 + 3).await, Report::Succeeded);
+    let c = claim_one(&store, T0 + 4).await;
+    assert_eq!(complete(&store, &c.lease, &json!({}), T0 + 4).await, Report::Succeeded);
+    let done = run(&store, "r2").await;
+    assert_eq!((done.status, done.open_steps), (RunStatus::Succeeded, 0));
+    assert_eq!(run(&store, "r1").await.status, RunStatus::Failed, "the old run is untouched");
+    let again = RunRerun { new_run_id: "r3", ..rerun("a", T0 + 5) };
+    submit(&store, "r4", &steps(vec![noop("x", &[], json!({}))])).await;
+    let open = RunRerun { run_id: "r4", ..again };
+    assert_eq!(
+        store.run_rerun(&open).await.expect("rerun"),
+        RerunOutcome::NotFinished(RunStatus::Pending),
+        "a run still open is not rerun"
+    );
+}
+
 contract_tests!(
     a_retried_failed_step_reopens_its_run_with_a_fresh_budget_and_no_succeeded_step_runs_again,
     repaired_args_replace_the_steps_args_and_give_it_a_new_idempotency_key,
@@ -218,4 +273,5 @@ contract_tests!(
     a_redriven_failed_run_reruns_its_failed_steps_and_what_they_skipped_and_nothing_else,
     a_redriven_cancelled_run_leaves_a_non_idempotent_step_cancelled_while_it_ran_to_an_operator,
     a_redrive_is_refused_for_a_run_that_did_not_fail_or_was_cancelled,
+    a_rerun_from_a_step_runs_it_and_its_descendants_and_reuses_every_other_output,
 );
