@@ -22,6 +22,7 @@ mod events;
 mod events_in;
 mod metrics;
 mod openapi;
+mod openapi_schemas;
 mod plans;
 mod runs;
 mod schedules;

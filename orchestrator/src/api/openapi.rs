@@ -1,118 +1,241 @@
-//! `GET /openapi.json`: the OpenAPI 3.1 document of the REST API. The plan schema is generated from the
-//! model (schemars), so it cannot drift from what the server accepts.
+//! `GET /openapi.json`: the OpenAPI 3.1 document of the REST API. Every operation has its path parameters (derived
+//! from the path template, so none can be left unresolved), its query parameters, the schema of its request body
+//! where it takes one, and its responses with the error shape. The plan schema is generated from the model
+//! (schemars), so it cannot drift from what the server accepts. CI validates the document with
+//! `openapi-spec-validator` and generates a client from it (`sdk/python/ci.sh`).
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-fn error_response(description: &str) -> Value {
-    json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+use super::openapi_schemas::schemas;
+
+/// A `$ref` to a component schema.
+fn schema(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+/// A JSON response with `schema`.
+fn answer(description: &str, schema: Value) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": schema}}})
+}
+
+/// An error response (`{code, message, details}`).
+fn error(description: &str) -> Value {
+    answer(description, schema("Error"))
+}
+
+/// One operation: `id` (its `operationId`), a summary, query parameters `(name, type, description)`, an
+/// optional JSON request body `(schema, required)`, and its responses.
+struct Op {
+    id: &'static str,
+    summary: &'static str,
+    query: Vec<(&'static str, &'static str, &'static str)>,
+    body: Option<(Value, bool)>,
+    responses: Vec<(&'static str, Value)>,
+}
+
+impl Op {
+    fn new(id: &'static str, summary: &'static str) -> Op {
+        Op { id, summary, query: Vec::new(), body: None, responses: Vec::new() }
+    }
+
+    fn query(mut self, name: &'static str, kind: &'static str, description: &'static str) -> Op {
+        self.query.push((name, kind, description));
+        self
+    }
+
+    fn body(mut self, schema_name: &str, required: bool) -> Op {
+        self.body = Some((schema(schema_name), required));
+        self
+    }
+
+    fn answers(mut self, status: &'static str, response: Value) -> Op {
+        self.responses.push((status, response));
+        self
+    }
+
+    /// The operation object for a path whose template names `path_params`; every operation can answer 401 (the
+    /// API token) and 500.
+    fn build(self, path_params: &[&str], public: bool) -> Value {
+        let mut parameters: Vec<Value> = path_params
+            .iter()
+            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .collect();
+        parameters.extend(self.query.iter().map(|(name, kind, description)| {
+            json!({"name": name, "in": "query", "required": false, "description": description,
+                   "schema": {"type": kind}})
+        }));
+        let mut responses = Map::new();
+        for (status, response) in self.responses {
+            responses.insert(status.to_owned(), response);
+        }
+        if !public {
+            responses.insert("401".into(), error("missing or wrong API token"));
+        }
+        responses.insert("500".into(), error("server error (its text is not echoed)"));
+        let mut op = json!({"operationId": self.id, "summary": self.summary, "responses": responses});
+        if !parameters.is_empty() {
+            op["parameters"] = json!(parameters);
+        }
+        if let Some((schema, required)) = self.body {
+            op["requestBody"] = json!({"required": required, "content": {"application/json": {"schema": schema}}});
+        }
+        if public {
+            op["security"] = json!([]);
+        }
+        op
+    }
+}
+
+/// The names in a path template's `{…}`.
+fn path_params(path: &str) -> Vec<&str> {
+    path.split('{').skip(1).filter_map(|rest| rest.split_once('}').map(|(name, _)| name)).collect()
+}
+
+fn run() -> Value {
+    answer("the run", schema("Run"))
+}
+
+/// Every route of `super::router` with its operations, in the router's order.
+fn operations() -> Vec<(&'static str, &'static str, Op)> {
+    let invalid = "invalid_request: the body does not match its schema";
+    vec![
+        ("/healthz", "get", Op::new("healthz", "liveness").answers("200", json!({"description": "ok"}))),
+        ("/readyz", "get", Op::new("readyz", "readiness: the database is reachable")
+            .answers("200", json!({"description": "ready"})).answers("503", json!({"description": "database unavailable"}))),
+        ("/metrics", "get", Op::new("metrics", "Prometheus metrics (text exposition format)")
+            .answers("200", json!({"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}))),
+        ("/v1/plans:validate", "post", Op::new("validatePlan", "validate a plan; every diagnostic at once")
+            .body("Plan", true).answers("200", answer("{valid, diagnostics}", schema("Validation")))
+            .answers("400", error("malformed JSON")).answers("413", error("body too large")).answers("415", error("not JSON"))),
+        ("/v1/plans:draft", "post", Op::new("draftPlan", "draft a plan from natural language with the configured model")
+            .body("DraftRequest", true).answers("200", answer("{valid, plan, rounds}", schema("Object")))
+            .answers("422", error("no valid plan; details.rounds")).answers("502", error("the model endpoint failed"))
+            .answers("503", error("planner_unconfigured"))),
+        ("/v1/runs", "post", Op::new("submitRun", "submit a run")
+            .body("SubmitRequest", true)
+            .answers("201", answer("the new run", schema("Run")))
+            .answers("200", answer("the existing run of the idempotency key", schema("Run")))
+            .answers("400", error("malformed JSON")).answers("409", error("idempotency key used with another plan or input"))
+            .answers("413", error("body too large")).answers("415", error("not JSON"))
+            .answers("422", error("invalid_plan; details.diagnostics"))),
+        ("/v1/runs", "get", Op::new("listRuns", "list runs, newest first")
+            .query("status", "string", "pending, running, succeeded, failed or cancelled")
+            .query("limit", "integer", "1-500, default 50").query("offset", "integer", "default 0")
+            .answers("200", answer("{runs, limit, offset}", schema("RunList")))
+            .answers("400", error("unknown status"))),
+        ("/v1/runs/{id}", "get", Op::new("getRun", "a run with its steps, attempts and failure records")
+            .query("view", "string", "`full` (default): with its steps; `summary`: the run alone")
+            .answers("200", run()).answers("400", error("invalid_view")).answers("404", error("no such run"))),
+        ("/v1/runs/{id}:cancel", "post", Op::new("cancelRun", "cancel a run and every open step")
+            .answers("200", run()).answers("404", error("no such run")).answers("409", error("already_finished"))),
+        ("/v1/runs/{id}:redrive", "post", Op::new("redriveRun", "run every failed and cancelled step of a failed or cancelled run again")
+            .body("Decision", false).answers("200", run()).answers("404", error("no such run"))
+            .answers("409", error("wrong_state: neither failed nor cancelled")).answers("422", error(invalid))),
+        ("/v1/runs/{id}:rerun", "post", Op::new("rerunRun", "a new run of a finished run from one step, reusing every other step's output")
+            .body("RerunRequest", true).answers("201", answer("the new run", schema("Run")))
+            .answers("400", error("`from` missing")).answers("404", error("no such run or step"))
+            .answers("409", error("wrong_state: the run has not finished")).answers("422", error(invalid))),
+        ("/v1/runs/{id}/events", "get", Op::new("runEvents", "the run's history; with Accept: text/event-stream, live")
+            .query("after", "integer", "only events after this id").query("limit", "integer", "most events")
+            .answers("200", json!({"description": "{events}, or an SSE stream of them", "content": {
+                "application/json": {"schema": schema("EventList")}, "text/event-stream": {"schema": {"type": "string"}}}}))
+            .answers("404", error("no such run"))),
+        ("/v1/runs/{id}/steps/{step}:approve", "post", Op::new("approveStep", "approve a step waiting for approval")
+            .body("Decision", false).answers("200", run())
+            .answers("409", error("wrong_state, or approval_timed_out")).answers("422", error(invalid))),
+        ("/v1/runs/{id}/steps/{step}:reject", "post", Op::new("rejectStep", "reject a step waiting for approval")
+            .body("Decision", false).answers("200", run())
+            .answers("409", error("wrong_state, or approval_timed_out")).answers("422", error(invalid))),
+        ("/v1/runs/{id}/steps/{step}:retry", "post", Op::new("retryStep",
+            "run a failed step again with a fresh attempt budget (the run reopens), or an outcome_unknown one")
+            .body("RetryRequest", false).answers("200", run()).answers("404", error("no such run or step"))
+            .answers("409", error("wrong_state: not failed or outcome_unknown, or the run was cancelled"))
+            .answers("422", error("invalid_args (details.diagnostics) or invalid_request"))),
+        ("/v1/runs/{id}/steps/{step}:skip", "post", Op::new("skipStep", "skip an outcome_unknown step")
+            .body("Decision", false).answers("200", run()).answers("409", error("wrong_state")).answers("422", error(invalid))),
+        ("/v1/runs/{id}/steps/{step}:fail", "post", Op::new("failStep", "fail an outcome_unknown step")
+            .body("Decision", false).answers("200", run()).answers("409", error("wrong_state")).answers("422", error(invalid))),
+        ("/v1/actions", "get", Op::new("listActions", "the actions the validator accepts, with schemas, effects and workers")
+            .answers("200", answer("{actions}", schema("ActionList")))),
+        ("/v1/schedules", "post", Op::new("createSchedule", "create a cron schedule")
+            .body("ScheduleRequest", true).answers("201", answer("the schedule", schema("Schedule")))
+            .answers("409", error("conflict: the id is taken"))
+            .answers("422", error("invalid_schedule, never_fires or invalid_plan"))),
+        ("/v1/schedules", "get", Op::new("listSchedules", "every schedule")
+            .answers("200", answer("{schedules}", schema("ScheduleList")))),
+        ("/v1/schedules/{id}", "get", Op::new("getSchedule", "a schedule with its recent ticks")
+            .answers("200", answer("the schedule", schema("Schedule"))).answers("404", error("no such schedule"))),
+        ("/v1/schedules/{id}", "patch", Op::new("updateSchedule", "change a schedule")
+            .body("SchedulePatch", true).answers("200", answer("the schedule", schema("Schedule")))
+            .answers("404", error("no such schedule")).answers("422", error("invalid_schedule or invalid_plan"))),
+        ("/v1/schedules/{id}", "delete", Op::new("deleteSchedule", "delete a schedule (its runs stay)")
+            .answers("204", json!({"description": "deleted"})).answers("404", error("no such schedule"))),
+        ("/v1/schedules/{id}:pause", "post", Op::new("pauseSchedule", "stop the ticks until resumed")
+            .answers("200", answer("the schedule", schema("Schedule"))).answers("404", error("no such schedule"))),
+        ("/v1/schedules/{id}:resume", "post", Op::new("resumeSchedule", "resume from now")
+            .answers("200", answer("the schedule", schema("Schedule"))).answers("404", error("no such schedule"))),
+        ("/v1/schedules/{id}:trigger", "post", Op::new("triggerSchedule",
+            "run now, under the schedule's overlap policy as a tick would (also while paused)")
+            .answers("201", answer("{run_id, cancelled}", schema("Triggered"))).answers("404", error("no such schedule"))
+            .answers("409", error("overlap_skipped: a run is still open and the policy is skip"))
+            .answers("422", error("invalid_plan"))),
+        ("/v1/schedules/{id}/next", "get", Op::new("nextFires", "the coming fire times, UTC and local")
+            .query("count", "integer", "1-1000, default 5")
+            .answers("200", answer("{id, cron, timezone, paused, next}", schema("Object")))
+            .answers("404", error("no such schedule"))),
+        ("/v1/events", "post", Op::new("deliverEvent", "deliver an external event to the event.wait steps it matches")
+            .body("EventRequest", true).answers("202", answer("{id, duplicate, matched}", schema("EventAccepted")))
+            .answers("422", error(invalid))),
+        ("/v1/approvals", "get", Op::new("listApprovals", "steps waiting for approval across runs")
+            .query("limit", "integer", "most approvals")
+            .answers("200", answer("{approvals}", schema("Object")))),
+    ]
 }
 
 pub(super) async fn document() -> Response {
-    let run_ref = json!({"$ref": "#/components/schemas/Run"});
-    let ok_run = json!({"description": "the run", "content": {"application/json": {"schema": run_ref}}});
-    let submitted_run = "the new run: as its submission committed it when no root needed a decision, otherwise as \
-        read right after (either way a ready root may already have been claimed)";
-    let id = json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}});
+    let mut paths = Map::new();
+    for (path, method, op) in operations() {
+        let public = matches!(path, "/healthz" | "/readyz" | "/metrics");
+        let entry = paths.entry(path.to_owned()).or_insert_with(|| json!({}));
+        entry[method] = op.build(&path_params(path), public);
+    }
     Json(json!({
         "openapi": "3.1.0",
         "info": {"title": "Cairn API", "version": "1"},
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                "Plan": cairn_core::plan::plan_schema(),
-                "Error": {"type": "object", "required": ["code", "message"], "properties": {
-                    "code": {"type": "string"}, "message": {"type": "string"}, "details": {}}},
-                "Run": {"type": "object", "required": ["id", "status", "steps"], "properties": {
-                    "id": {"type": "string"}, "status": {"enum": ["pending", "running", "succeeded", "failed", "cancelled"]},
-                    "failure": {}, "steps": {"type": "array", "items": {"type": "object", "properties": {
-                        "id": {"type": "string"}, "status": {"type": "string"}, "attempts": {"type": "integer"},
-                        "output": {}, "failures": {"type": "array"}, "timer": {}}}}}},
-            }
-        },
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}, "schemas": schemas()},
         "security": [{"bearer": []}],
-        "paths": {
-            "/healthz": {"get": {"summary": "liveness", "security": [], "responses": {"200": {"description": "ok"}}}},
-            "/readyz": {"get": {"summary": "readiness (database reachable)", "security": [],
-                "responses": {"200": {"description": "ready"}, "503": {"description": "database unavailable"}}}},
-            "/v1/plans:validate": {"post": {"summary": "validate a plan; every diagnostic at once",
-                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Plan"}}}},
-                "responses": {"200": {"description": "{valid, diagnostics}"}, "400": error_response("malformed JSON"),
-                    "413": error_response("body too large"), "415": error_response("not JSON")}}},
-            "/v1/plans:draft": {"post": {"summary": "draft a plan from natural language: {text, timezone?, max_rounds?}",
-                "responses": {"200": {"description": "{valid, plan, rounds: [{draft, diagnostics}]}"},
-                    "422": error_response("no valid plan; details.rounds"), "502": error_response("model endpoint failed"),
-                    "503": error_response("planner_unconfigured")}}},
-            "/v1/runs": {
-                "post": {"summary": "submit a run: {plan, input?, idempotency_key?}",
-                    "responses": {"201": {"description": submitted_run, "content": {"application/json": {"schema": run_ref}}},
-                        "200": {"description": "existing run for the idempotency key"},
-                        "400": error_response("malformed JSON"), "409": error_response("idempotency key conflict"),
-                        "413": error_response("body too large"), "415": error_response("not JSON"),
-                        "422": error_response("invalid plan; details.diagnostics")}},
-                "get": {"summary": "list runs, newest first", "parameters": [
-                    {"name": "status", "in": "query", "schema": {"type": "string"}},
-                    {"name": "limit", "in": "query", "schema": {"type": "integer"}},
-                    {"name": "offset", "in": "query", "schema": {"type": "integer"}}],
-                    "responses": {"200": {"description": "{runs, limit, offset}"}}}},
-            "/v1/runs/{id}": {"get": {"parameters": [id.clone(), {"name": "view", "in": "query", "required": false,
-                    "description": "`full` (default): the run with its steps; `summary`: the run alone, as the list shows it",
-                    "schema": {"type": "string", "enum": ["full", "summary"]}}],
-                "responses": {"200": ok_run, "400": error_response("invalid_view"), "404": error_response("no such run")}}},
-            "/v1/runs/{id}:cancel": {"post": {"parameters": [id.clone()], "responses": {"200": ok_run,
-                "404": error_response("no such run"), "409": error_response("already finished")}}},
-            "/v1/runs/{id}:redrive": {"post": {"parameters": [id.clone()],
-                "summary": "run every failed and cancelled step of a failed or cancelled run again",
-                "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object",
-                    "additionalProperties": false, "properties": {"by": {"type": "string"}, "reason": {"type": "string"}}}}}},
-                "responses": {"200": ok_run, "404": error_response("no such run"),
-                    "409": error_response("wrong_state: the run is neither failed nor cancelled")}}},
-            "/v1/runs/{id}:rerun": {"post": {"parameters": [id.clone()],
-                "summary": "a new run of a finished run's plan and input from one step: it and its descendants run again, the other steps keep their outputs",
-                "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object",
-                    "additionalProperties": false, "required": ["from"], "properties": {"from": {"type": "string"},
-                    "by": {"type": "string"}, "reason": {"type": "string"}}}}}},
-                "responses": {"201": ok_run, "400": error_response("from missing"), "404": error_response("no such run or step"),
-                    "409": error_response("wrong_state: the run has not finished")}}},
-            "/v1/runs/{id}/events": {"get": {"summary": "history; text/event-stream for live updates",
-                "parameters": [id.clone()], "responses": {"200": {"description": "{events} or an SSE stream"}}}},
-            "/v1/runs/{id}/steps/{step}:approve": {"post": {"responses": {"200": ok_run, "409": error_response("not waiting for approval, or approval_timed_out")}}},
-            "/v1/runs/{id}/steps/{step}:reject": {"post": {"responses": {"200": ok_run, "409": error_response("not waiting for approval")}}},
-            "/v1/runs/{id}/steps/{step}:retry": {"post": {
-                "summary": "run a failed step again with a fresh attempt budget (the run reopens), or an outcome_unknown one",
-                "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object",
-                    "additionalProperties": false, "properties": {"by": {"type": "string"}, "reason": {"type": "string"},
-                    "args": {"type": "object", "description": "repaired args (the step gets a new idempotency key)"}}}}}},
-                "responses": {"200": ok_run, "404": error_response("no such run or step"),
-                    "409": error_response("wrong_state: not failed or outcome_unknown, or the run was cancelled"),
-                    "422": error_response("invalid_args, with diagnostics")}}},
-            "/v1/runs/{id}/steps/{step}:skip": {"post": {"responses": {"200": ok_run, "409": error_response("not outcome_unknown")}}},
-            "/v1/runs/{id}/steps/{step}:fail": {"post": {"responses": {"200": ok_run, "409": error_response("not outcome_unknown")}}},
-            "/v1/actions": {"get": {"summary": "registered actions with schemas and effects", "responses": {"200": {"description": "{actions}"}}}},
-            "/v1/schedules": {
-                "post": {"summary": "create a cron schedule: {id?, cron, timezone?, plan, input?, overlap?, misfire?, catch_up_max?, paused?}",
-                    "responses": {"201": {"description": "the schedule"}, "409": error_response("id taken"),
-                        "422": error_response("invalid_schedule, never_fires or invalid_plan")}},
-                "get": {"summary": "list schedules", "responses": {"200": {"description": "{schedules}"}}}},
-            "/v1/schedules/{id}": {
-                "get": {"parameters": [id.clone()], "responses": {"200": {"description": "the schedule with recent ticks"}, "404": error_response("no such schedule")}},
-                "patch": {"parameters": [id.clone()], "responses": {"200": {"description": "the schedule"}, "404": error_response("no such schedule")}},
-                "delete": {"parameters": [id.clone()], "responses": {"204": {"description": "deleted"}, "404": error_response("no such schedule")}}},
-            "/v1/schedules/{id}:trigger": {"post": {"parameters": [id.clone()],
-                "summary": "run now, under the schedule's overlap policy as a tick would (also while paused)",
-                "responses": {"201": {"description": "{run_id, cancelled}: the run started and the runs cancel_previous cancelled"},
-                    "404": error_response("no such schedule"),
-                    "409": error_response("overlap_skipped: a run is still open and the policy is skip"),
-                    "422": error_response("invalid_plan")}}},
-            "/v1/schedules/{id}:pause": {"post": {"parameters": [id.clone()], "responses": {"200": {"description": "the schedule"}}}},
-            "/v1/schedules/{id}:resume": {"post": {"parameters": [id.clone()], "responses": {"200": {"description": "the schedule"}}}},
-            "/v1/schedules/{id}/next": {"get": {"summary": "coming fire times (?count=N)", "parameters": [id.clone()],
-                "responses": {"200": {"description": "{next: [{at, at_ms, local}]}"}}}},
-            "/v1/events": {"post": {"summary": "deliver an external event {name, key?, payload?} to event.wait steps",
-                "responses": {"202": {"description": "{id, matched: [{run_id, step_id}]}"}}}},
-            "/v1/approvals": {"get": {"summary": "steps waiting for approval across runs", "responses": {"200": {"description": "{approvals}"}}}},
-        }
+        "paths": paths,
     }))
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_parameters_come_from_the_template() {
+        assert_eq!(path_params("/v1/runs/{id}/steps/{step}:approve"), ["id", "step"]);
+        assert!(path_params("/v1/runs").is_empty());
+    }
+
+    #[test]
+    fn every_operation_id_is_unique_and_every_schema_it_names_exists() {
+        let ops = operations();
+        let mut ids: Vec<&str> = ops.iter().map(|(_, _, op)| op.id).collect();
+        ids.sort_unstable();
+        let before = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), before, "operationIds are unique");
+        let text = serde_json::to_string(
+            &ops.into_iter().map(|(p, _, op)| op.build(&path_params(p), false)).collect::<Vec<_>>(),
+        )
+        .expect("serializes");
+        let defined = schemas();
+        for name in text.split("#/components/schemas/").skip(1).map(|rest| rest.split('"').next().unwrap_or_default()) {
+            assert!(defined.get(name).is_some(), "schema {name} is defined");
+        }
+    }
 }
