@@ -78,7 +78,11 @@ enum Command {
     /// Fail a step in `outcome_unknown`.
     Fail(command::runs::StepArgs),
     /// Run every failed and cancelled step of a failed or cancelled run again (succeeded steps keep their outputs).
-    Redrive(command::runs::RedriveArgs),
+    Redrive(command::runs::RunDecisionArgs),
+    /// Pause a run: no new attempt starts (running ones finish) until it is resumed.
+    Pause(command::runs::RunDecisionArgs),
+    /// Resume a paused run: timers, retries and deadlines that came due meanwhile happen now.
+    Resume(command::runs::RunDecisionArgs),
     /// Start a new run of a finished run from one step: it and its descendants run again, the others keep their
     /// outputs (prints the new run's id).
     Rerun(command::runs::RerunArgs),
@@ -136,7 +140,9 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Retry(args) => command::runs::retry(args, &settings).await,
             Command::Skip(args) => command::runs::decide("skip", args, &settings).await,
             Command::Fail(args) => command::runs::decide("fail", args, &settings).await,
-            Command::Redrive(args) => command::runs::redrive(args, &settings).await,
+            Command::Redrive(args) => command::runs::run_decision("redrive", args, &settings).await,
+            Command::Pause(args) => command::runs::run_decision("pause", args, &settings).await,
+            Command::Resume(args) => command::runs::run_decision("resume", args, &settings).await,
             Command::Rerun(args) => command::runs::rerun(args, &settings).await,
             Command::Worker(args) => command::worker::run(args, &settings).await,
             Command::Bench(args) => command::bench::run(args).await,

@@ -38,6 +38,10 @@ pub enum EventKind {
     RunCancelled,
     /// A finished run goes on: an operator retried one of its failed steps.
     RunReopened,
+    /// An operator paused the run: no new attempt starts.
+    RunPaused,
+    /// An operator resumed a paused run.
+    RunResumed,
     /// A step may be claimed (now or at `available_at`).
     StepReady,
     /// A worker leased a step.

@@ -73,6 +73,8 @@ pub enum RunStatus {
     Pending,
     /// At least one step started or is ready.
     Running,
+    /// An operator paused it: no new attempt starts, running ones finish; it is not final.
+    Paused,
     /// Every step finished and none failed.
     Succeeded,
     /// Every step finished and at least one failed (or the run's state was found inconsistent).
@@ -82,11 +84,22 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// Every run status.
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Pending,
+        RunStatus::Running,
+        RunStatus::Paused,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
     /// The stable snake_case name.
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Pending => "pending",
             RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
@@ -166,10 +179,7 @@ impl FromStr for StepStatus {
 impl FromStr for RunStatus {
     type Err = UnknownStatus;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [RunStatus::Pending, RunStatus::Running, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Cancelled]
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| UnknownStatus(s.into()))
+        RunStatus::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| UnknownStatus(s.into()))
     }
 }
 

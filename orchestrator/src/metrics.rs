@@ -25,8 +25,7 @@ use prometheus::{
 /// Latency buckets in seconds: 5 ms to ~1 h, roughly ×3 apart (dispatch waits and attempts span that range).
 const BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0, 120.0, 600.0, 3600.0];
 
-const RUN_STATUSES: [RunStatus; 5] =
-    [RunStatus::Pending, RunStatus::Running, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Cancelled];
+const RUN_STATUSES: [RunStatus; 6] = RunStatus::ALL;
 
 /// What the engine itself shows in a scrape ([`Metrics::render`]).
 #[derive(Debug, Clone, Default)]

@@ -131,7 +131,7 @@ macro_rules! in_tx {
 mod repair;
 mod wait_tx;
 mod waiting;
-pub use repair::{RedriveOutcome, RerunOutcome, RetryOutcome, RunRedrive, RunRerun, StepRetry};
+pub use repair::{PauseOutcome, RedriveOutcome, RerunOutcome, RetryOutcome, RunPause, RunRedrive, RunRerun, StepRetry};
 pub use waiting::{
     ApprovalOutcome, Delivery, FireOutcome, NewEvent, NewSchedule, PendingApproval, ScheduleFire, ScheduleRecord,
     ScheduleTick, ScheduleTrigger, TickRun, WAIT_OWNER,

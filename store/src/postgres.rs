@@ -80,7 +80,9 @@ macro_rules! lock_runs {
 /// `worker_id` (`cairn_core::event::Progress::Started`), with `data` NULL.
 const CLAIM: &str = concat!(
     "WITH picked AS (SELECT run_id, step_id FROM steps WHERE status = 'ready' AND available_at <= $2 \
-       AND action = ANY($4) ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED), \
+       AND action = ANY($4) AND ",
+    crate::sql::unpaused!(),
+    " ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED), \
      leased AS (UPDATE steps s SET status = 'running', attempt = s.attempt + 1, lease_owner = $1, \
        lease_id = s.run_id || '/' || s.step_id || '/' || (s.attempt + 1), started_at = $2, heartbeat_at = $2, \
        deadline_at = $2 + s.timeout_ms, lease_expires_at = LEAST($2 + s.timeout_ms, $2 + COALESCE(s.heartbeat_timeout_ms, $3)), \

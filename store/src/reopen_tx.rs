@@ -53,6 +53,9 @@ pub(crate) const RUN_REOPEN: &str = "UPDATE runs SET status = $2, open_steps = o
      failed_steps = failed_steps - $4, cancel_requested = 0, failure = NULL, finished_at = NULL, updated_at = $5 \
      WHERE id = $1";
 
+/// Set a run's status (a pause or a resume, decided by the caller from the locked row). Index: `runs` PK.
+pub(crate) const RUN_STATUS_SET: &str = "UPDATE runs SET status = $2, updated_at = $3 WHERE id = $1";
+
 /// A pending step as a release returns it, for the decision. Index: `steps` PK.
 pub(crate) const STEP_CANDIDATE: &str = "SELECT step_id, dep_count, pending_deps, trigger_rule, when_expr, approval, \
      not_before_at, status, available_at FROM steps WHERE run_id = $1 AND step_id = $2 AND status = 'pending'";
@@ -136,6 +139,8 @@ pub(crate) trait ReopenTx: Send {
         pending_deps: i64,
         now: i64,
     ) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Sets the locked run's status ([`RUN_STATUS_SET`]).
+    fn run_status_set(&mut self, run_id: &str, status: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     /// A pending step as a release returns it, `None` when it is not pending.
     fn step_candidate(
         &mut self,
@@ -252,6 +257,10 @@ macro_rules! impl_reopen_tx {
                     .bind(now)
                     .execute(&mut **self)
                     .await?;
+                Ok(())
+            }
+            async fn run_status_set(&mut self, run_id: &str, status: &str, now: i64) -> StoreResult<()> {
+                sqlx::query::<$db>(RUN_STATUS_SET).bind(run_id).bind(status).bind(now).execute(&mut **self).await?;
                 Ok(())
             }
             async fn step_candidate(&mut self, run_id: &str, step_id: &str) -> StoreResult<Option<ChildRow>> {

@@ -112,6 +112,31 @@ pub enum RerunOutcome {
     NotFinished(RunStatus),
 }
 
+/// An operator's pause or resume of a run: while paused, no new attempt of its steps starts (running ones finish
+/// and are recorded); timers, backoffs and approval and event deadlines that come due wait for the resume.
+#[derive(Debug, Clone, Copy)]
+pub struct RunPause<'a> {
+    /// The run.
+    pub run_id: &'a str,
+    /// Who decided.
+    pub by: &'a str,
+    /// Why.
+    pub reason: Option<&'a str>,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+/// What a pause or a resume did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseOutcome {
+    /// The run is paused (or running again).
+    Done,
+    /// No such run.
+    NoSuchRun,
+    /// A pause of a run that is neither pending nor running, or a resume of one that is not paused.
+    WrongState(RunStatus),
+}
+
 impl Store {
     /// Retries a step ([`StepRetry`]); nothing changes unless the outcome is [`RetryOutcome::Retried`].
     ///
@@ -128,6 +153,22 @@ impl Store {
     /// [`crate::StoreError::Database`] (retryable).
     pub async fn run_rerun(&self, req: &RunRerun<'_>) -> StoreResult<RerunOutcome> {
         in_tx!(self, |tx, events| flow::retry::run_rerun(&mut tx, req, &mut events).await?)
+    }
+
+    /// Pauses a pending or running run ([`RunPause`]).
+    ///
+    /// # Errors
+    /// [`crate::StoreError::Database`] (retryable).
+    pub async fn run_pause(&self, req: &RunPause<'_>) -> StoreResult<PauseOutcome> {
+        in_tx!(self, |tx, events| flow::retry::run_pause(&mut tx, req, true, &mut events).await?)
+    }
+
+    /// Resumes a paused run ([`RunPause`]).
+    ///
+    /// # Errors
+    /// [`crate::StoreError::Database`] (retryable).
+    pub async fn run_resume(&self, req: &RunPause<'_>) -> StoreResult<PauseOutcome> {
+        in_tx!(self, |tx, events| flow::retry::run_pause(&mut tx, req, false, &mut events).await?)
     }
 
     /// Redrives a run ([`RunRedrive`]); nothing changes unless the outcome is [`RedriveOutcome::Redriven`].

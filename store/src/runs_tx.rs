@@ -113,7 +113,7 @@ macro_rules! impl_runs_tx {
                         "UPDATE runs SET status = 'succeeded', failure = NULL, finished_at = ",
                     );
                     q.push_bind(now).push(", updated_at = ").push_bind(now);
-                    q.push(" WHERE (status IN ('pending', 'running')) IS TRUE AND id IN (");
+                    q.push(" WHERE (status IN ('pending', 'running', 'paused')) IS TRUE AND id IN (");
                     let mut ids = q.separated(", ");
                     for run_id in chunk {
                         ids.push_bind(*run_id);

@@ -13,6 +13,17 @@
 //! walked that index through every running step and filtered on the key — one completion reading 5,000 index
 //! entries once 5,000 steps were running — until the next `ANALYZE` (`postgres/plans.rs` checks the plans).
 
+/// The claim rule of a paused run (`POST /v1/runs/{id}:pause`): no new attempt of its steps starts. Every claim
+/// statement leaves out the runs this lists (PL/pgSQL's `cairn_complete_leaves_and_claim` spells it too, and
+/// `cairn_complete_and_claim` leaves a paused run to the general path). Index: `runs_status_created_idx` (with no
+/// paused run, one empty probe per statement).
+macro_rules! unpaused {
+    () => {
+        "run_id NOT IN (SELECT id FROM runs WHERE status = 'paused')"
+    };
+}
+pub(crate) use unpaused;
+
 /// Running steps whose lease expired by `$1` (at most `$2` of them, earliest first), for the reaper; `$tail` ends
 /// the statement per dialect (row locks on PostgreSQL). A lease that expired because it reached the attempt's
 /// deadline counts only once the attempt has outlived `timeout_ms` by a tenth more: the worker enforces
@@ -181,14 +192,14 @@ pub(crate) const RUN_FAILED_STEPS: &str =
 
 /// Finish a run unless it already finished. Locks the run row.
 pub(crate) const RUN_FINISH: &str = "UPDATE runs SET status = $2, failure = $3, finished_at = $4, updated_at = $4 \
-     WHERE id = $1 AND (status IN ('pending', 'running')) IS TRUE";
+     WHERE id = $1 AND (status IN ('pending', 'running', 'paused')) IS TRUE";
 
 /// The run input (for `when`). Index: `runs` PK.
 pub(crate) const RUN_INPUT: &str = "SELECT input FROM runs WHERE id = $1";
 
 /// Request cancellation of a run. Locks the run row.
 pub(crate) const RUN_CANCEL: &str = "UPDATE runs SET status = 'cancelled', cancel_requested = 1, open_steps = 0, \
-     finished_at = $2, updated_at = $2 WHERE id = $1 AND (status IN ('pending', 'running')) IS TRUE";
+     finished_at = $2, updated_at = $2 WHERE id = $1 AND (status IN ('pending', 'running', 'paused')) IS TRUE";
 
 /// Cancel every open step of a run, including ready steps waiting on a timer or a retry backoff and running steps
 /// (their leases end: late reports are ignored, heartbeats answer "gone"). Index: `steps` PK prefix.
@@ -243,7 +254,7 @@ pub(crate) const STEP_ROWS: &str = "SELECT COUNT(*) FROM steps WHERE run_id = $1
 /// Open runs after the key `($1 created_at, $2 id)`, in key order (for the integrity check at start-up). Keyset
 /// paging, not OFFSET: the check fails broken runs as it goes, which removes them from this set, so an offset
 /// would skip as many open runs as were failed on the previous page. Index: `runs_status_created_idx`.
-pub(crate) const OPEN_RUNS: &str = "SELECT id, step_count, created_at FROM runs WHERE status IN ('pending', 'running') \
+pub(crate) const OPEN_RUNS: &str = "SELECT id, step_count, created_at FROM runs WHERE status IN ('pending', 'running', 'paused') \
      AND (created_at > $1 OR (created_at = $1 AND id > $2)) ORDER BY created_at, id LIMIT $3 + 0";
 
 /// Register or refresh a worker. Index: `workers` PK.
@@ -251,6 +262,7 @@ pub(crate) const WORKER_UPSERT: &str = "INSERT INTO workers (id, actions, regist
      VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO UPDATE SET actions = excluded.actions, last_seen_at = excluded.last_seen_at";
 
 /// Earliest due time of a ready step (for the dispatcher's sleep). `event.wait` steps are started by the
-/// orchestrator's waiting loop, never claimed by workers, so they do not count. Index: `steps_ready_idx`.
+/// orchestrator's waiting loop, never claimed by workers, so they do not count; nor do paused runs' steps, which
+/// no claim takes. Index: `steps_ready_idx`.
 pub(crate) const NEXT_DUE: &str =
-    "SELECT MIN(available_at) FROM steps WHERE status = 'ready' AND action <> 'event.wait'";
+    concat!("SELECT MIN(available_at) FROM steps WHERE status = 'ready' AND action <> 'event.wait' AND ", unpaused!());

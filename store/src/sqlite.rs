@@ -35,14 +35,18 @@ crate::runs_tx::impl_runs_tx!(Sqlite, lists_prepared: true);
 
 /// Leases due ready steps in one `UPDATE … RETURNING` (SQLite has one writer, so no row can be taken twice).
 /// Index: `steps_ready_idx`.
-const CLAIM: &str = "UPDATE steps SET status = 'running', attempt = attempt + 1, lease_owner = $1, \
+const CLAIM: &str = concat!(
+    "UPDATE steps SET status = 'running', attempt = attempt + 1, lease_owner = $1, \
      lease_id = run_id || '/' || step_id || '/' || (attempt + 1), started_at = $2, heartbeat_at = $2, \
      deadline_at = $2 + timeout_ms, lease_expires_at = MIN($2 + timeout_ms, $2 + COALESCE(heartbeat_timeout_ms, $3)), \
      updated_at = $2 \
      WHERE rowid IN (SELECT rowid FROM steps WHERE status = 'ready' AND available_at <= $2 \
-       AND action IN (SELECT value FROM json_each($4)) ORDER BY available_at LIMIT $5 + 0) \
+       AND action IN (SELECT value FROM json_each($4)) AND ",
+    crate::sql::unpaused!(),
+    " ORDER BY available_at LIMIT $5 + 0) \
      RETURNING run_id, step_id, attempt, action, args, timeout_ms, heartbeat_timeout_ms, deadline_at, checkpoint, \
-     available_at, successor_action, child_count, args_revision";
+     available_at, successor_action, child_count, args_revision"
+);
 
 /// Extends a lease, never past the attempt deadline. Index: `steps` PK.
 const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \

@@ -29,11 +29,16 @@ pub(crate) const TICK_INSERT: &str = "INSERT INTO schedule_ticks (schedule_id, f
 
 /// Open runs started by a schedule. Index: `schedule_ticks` PK prefix, then `runs` PK.
 pub(crate) const SCHEDULE_OPEN_RUNS: &str = "SELECT t.run_id FROM schedule_ticks t JOIN runs r ON r.id = t.run_id \
-     WHERE t.schedule_id = $1 AND (r.status IN ('pending', 'running')) IS TRUE ORDER BY t.fire_at";
+     WHERE t.schedule_id = $1 AND (r.status IN ('pending', 'running', 'paused')) IS TRUE ORDER BY t.fire_at";
 
-/// Approvals whose deadline passed. Index: `steps_approval_idx`.
-pub(crate) const APPROVALS_DUE: &str = "SELECT run_id, step_id, approval, not_before_at, available_at FROM steps \
-     WHERE status = 'waiting_approval' AND available_at <= $1 ORDER BY available_at LIMIT $2 + 0";
+/// Approvals whose deadline passed, except in paused runs (their deadlines apply on resume). Index:
+/// `steps_approval_idx`.
+pub(crate) const APPROVALS_DUE: &str = concat!(
+    "SELECT run_id, step_id, approval, not_before_at, available_at FROM steps \
+     WHERE status = 'waiting_approval' AND available_at <= $1 AND ",
+    crate::sql::unpaused!(),
+    " ORDER BY available_at LIMIT $2 + 0"
+);
 
 /// One step's approval state. Index: `steps` PK.
 pub(crate) const APPROVAL_ROW: &str = "SELECT run_id, step_id, approval, not_before_at, available_at FROM steps \
@@ -67,9 +72,14 @@ pub(crate) const EVENTS_SINCE: &str = "SELECT id, name, key, payload, received_a
 pub(crate) const WAITS_FOR: &str = "SELECT run_id, step_id, attempt, name, key, filter, since_at, deadline_at, \
      on_timeout, timeout_output FROM event_waits WHERE name = $1 ORDER BY created_at, run_id, step_id";
 
-/// Waits whose deadline passed. Index: `event_waits_deadline_idx`.
-pub(crate) const WAITS_DUE: &str = "SELECT run_id, step_id, attempt, name, key, filter, since_at, deadline_at, \
-     on_timeout, timeout_output FROM event_waits WHERE deadline_at <= $1 ORDER BY deadline_at LIMIT $2 + 0";
+/// Waits whose deadline passed, except in paused runs (their deadlines apply on resume). Index:
+/// `event_waits_deadline_idx`.
+pub(crate) const WAITS_DUE: &str = concat!(
+    "SELECT run_id, step_id, attempt, name, key, filter, since_at, deadline_at, \
+     on_timeout, timeout_output FROM event_waits WHERE deadline_at <= $1 AND ",
+    crate::sql::unpaused!(),
+    " ORDER BY deadline_at LIMIT $2 + 0"
+);
 
 /// Start waiting. Index: PK (a re-run attempt replaces the row of the previous one).
 pub(crate) const WAIT_INSERT: &str = "INSERT INTO event_waits (run_id, step_id, attempt, name, key, filter, \

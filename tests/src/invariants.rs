@@ -219,12 +219,17 @@ fn run_problems(run: &RunRow, steps: &[&StepRow]) -> Vec<String> {
     let open = steps.iter().filter(|s| !FINAL.contains(&s.status.as_str())).count();
     let open = i64::try_from(open).unwrap_or(i64::MAX);
     match run.status.as_str() {
-        "pending" | "running" if open == 0 => vec!["open with every step final: nothing will finish it".into()],
-        "pending" | "running" if run.open_steps != open => {
+        "pending" | "running" | "paused" if open == 0 => {
+            vec!["open with every step final: nothing will finish it".into()]
+        }
+        "pending" | "running" | "paused" if run.open_steps != open => {
             vec![format!("open_steps {} but {open} steps are not final", run.open_steps)]
         }
-        "pending" | "running" => Vec::new(),
+        "pending" | "running" | "paused" => Vec::new(),
         "succeeded" | "failed" | "cancelled" if open > 0 => vec![format!("finished with {open} steps not final")],
+        "succeeded" | "failed" | "cancelled" if run.open_steps != 0 => {
+            vec![format!("finished with open_steps {}", run.open_steps)]
+        }
         "succeeded" | "failed" | "cancelled" => Vec::new(),
         other => vec![format!("unknown run status `{other}`")],
     }

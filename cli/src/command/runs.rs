@@ -1,5 +1,5 @@
 //! Client commands over the REST API: `submit`, `runs`, `show`, `logs`, `cancel`, `approve`, `reject`, `retry`,
-//! `skip`, `fail`, `redrive`, `rerun`, and the printing they share with `run`.
+//! `skip`, `fail`, `redrive`, `rerun`, `pause`, `resume`, and the printing they share with `run`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -297,9 +297,9 @@ pub async fn retry(args: &RetryArgs, settings: &Settings) -> anyhow::Result<Exit
     step_verb("retry", &args.step, body, settings).await
 }
 
-/// Arguments of `cairn redrive`.
+/// Arguments of `cairn redrive`, `cairn pause` and `cairn resume`.
 #[derive(clap::Args, Debug)]
-pub struct RedriveArgs {
+pub struct RunDecisionArgs {
     /// Run id.
     run: String,
     /// Who decides (recorded in the history).
@@ -312,13 +312,14 @@ pub struct RedriveArgs {
     target: Target,
 }
 
-/// `cairn redrive RUN`: every failed and cancelled step of a failed or cancelled run runs again.
-pub async fn redrive(args: &RedriveArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+/// `cairn redrive|pause|resume RUN`: a redrive runs every failed and cancelled step of a failed or cancelled run
+/// again; a pause stops new attempts of a run until it is resumed.
+pub async fn run_decision(verb: &str, args: &RunDecisionArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let mut body = json!({"by": args.by});
     if let Some(reason) = &args.reason {
         body["reason"] = json!(reason);
     }
-    let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:redrive", args.run), Some(&body)).await?;
+    let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:{verb}", args.run), Some(&body)).await?;
     out!("run {}: {}", args.run, run["status"].as_str().unwrap_or("?"));
     Ok(ExitCode::SUCCESS)
 }

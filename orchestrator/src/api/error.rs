@@ -119,7 +119,8 @@ impl From<crate::engine::RetryError> for ApiError {
             RetryError::WrongState(_)
             | RetryError::RunCancelled
             | RetryError::RunNotFinished(_)
-            | RetryError::NotFinished(_) => ApiError::new(StatusCode::CONFLICT, "wrong_state", e.to_string()),
+            | RetryError::NotFinished(_)
+            | RetryError::NotPausable(_) => ApiError::new(StatusCode::CONFLICT, "wrong_state", e.to_string()),
             RetryError::Store(e) => e.into(),
         }
     }

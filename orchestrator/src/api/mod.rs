@@ -3,7 +3,7 @@
 //! Routes: `GET /healthz`, `GET /readyz`, `GET /metrics` (Prometheus; no auth), `POST /v1/plans:validate`,
 //! `POST /v1/plans:draft`, `POST /v1/runs`, `GET /v1/runs`, `GET /v1/runs/{id}`, `GET /v1/runs/{id}/events` (JSON,
 //! or `text/event-stream` for live updates),
-//! `POST /v1/runs/{id}:cancel|:redrive|:rerun`, `POST /v1/runs/{id}/steps/{step}:approve|:reject|:retry|:skip|:fail`,
+//! `POST /v1/runs/{id}:cancel|:redrive|:rerun|:pause|:resume`, `POST /v1/runs/{id}/steps/{step}:approve|:reject|:retry|:skip|:fail`,
 //! `GET /v1/actions`; durable waiting: `/v1/schedules` (CRUD, `:pause`, `:resume`, `/{id}/next`), `POST /v1/events`,
 //! `GET /v1/approvals`. The `:verb` suffixes are parsed in the handlers because the router does not match
 //! suffixes after a path parameter.

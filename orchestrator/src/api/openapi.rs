@@ -121,7 +121,7 @@ fn operations() -> Vec<(&'static str, &'static str, Op)> {
             .answers("413", error("body too large")).answers("415", error("not JSON"))
             .answers("422", error("invalid_plan; details.diagnostics"))),
         ("/v1/runs", "get", Op::new("listRuns", "list runs, newest first")
-            .query("status", "string", "pending, running, succeeded, failed or cancelled")
+            .query("status", "string", "pending, running, paused, succeeded, failed or cancelled")
             .query("limit", "integer", "1-500, default 50").query("offset", "integer", "default 0")
             .answers("200", answer("{runs, limit, offset}", schema("RunList")))
             .answers("400", error("unknown status"))),
@@ -137,6 +137,12 @@ fn operations() -> Vec<(&'static str, &'static str, Op)> {
             .body("RerunRequest", true).answers("201", answer("the new run", schema("Run")))
             .answers("400", error("`from` missing")).answers("404", error("no such run or step"))
             .answers("409", error("wrong_state: the run has not finished")).answers("422", error(invalid))),
+        ("/v1/runs/{id}:pause", "post", Op::new("pauseRun", "pause a run: no new attempt starts, running ones finish")
+            .body("Decision", false).answers("200", run()).answers("404", error("no such run"))
+            .answers("409", error("wrong_state: neither pending nor running")).answers("422", error(invalid))),
+        ("/v1/runs/{id}:resume", "post", Op::new("resumeRun", "resume a paused run; what came due meanwhile happens now")
+            .body("Decision", false).answers("200", run()).answers("404", error("no such run"))
+            .answers("409", error("wrong_state: not paused")).answers("422", error(invalid))),
         ("/v1/runs/{id}/events", "get", Op::new("runEvents", "the run's history; with Accept: text/event-stream, live")
             .query("after", "integer", "only events after this id").query("limit", "integer", "most events")
             .answers("200", json!({"description": "{events}, or an SSE stream of them", "content": {

@@ -32,7 +32,7 @@ fn list_of(key: &str, item: Value) -> Value {
 }
 
 fn run_status() -> Value {
-    json!({"type": "string", "enum": ["pending", "running", "succeeded", "failed", "cancelled"]})
+    json!({"type": "string", "enum": ["pending", "running", "paused", "succeeded", "failed", "cancelled"]})
 }
 
 fn run_summary() -> Value {

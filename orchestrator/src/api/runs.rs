@@ -78,7 +78,7 @@ pub(super) async fn list(State(state): State<AppState>, Query(q): Query<ListQuer
                 StatusCode::BAD_REQUEST,
                 "invalid_request",
                 format!(
-                    "unknown run status `{}`: use pending, running, succeeded, failed or cancelled",
+                    "unknown run status `{}`: use pending, running, paused, succeeded, failed or cancelled",
                     name.escape_debug()
                 ),
             )
@@ -120,7 +120,7 @@ pub(super) async fn show(
     }
 }
 
-/// `POST /v1/runs/{id}:cancel|:redrive|:rerun`.
+/// `POST /v1/runs/{id}:cancel|:redrive|:rerun|:pause|:resume`.
 pub(super) async fn run_action(
     State(state): State<AppState>,
     Path(id_verb): Path<String>,
@@ -144,6 +144,20 @@ pub(super) async fn run_action(
             return Ok(Json(view).into_response());
         }
         "rerun" => return rerun(&state, id, decision_body(&body)?).await,
+        "pause" | "resume" => {
+            let decision: DecisionBody = decision_body(&body)?;
+            if decision.args.is_some() {
+                return Err(ApiError::bad_request(format!("`args` apply to a step's retry, not to {verb}")));
+            }
+            let by = decision.by.unwrap_or_else(|| "api".into());
+            cairn_core::text::OPERATOR_NOTE.check(&by)?;
+            if let Some(reason) = &decision.reason {
+                cairn_core::text::OPERATOR_NOTE.check(reason)?;
+            }
+            state.engine.pause_run(id, verb == "pause", &by, decision.reason.as_deref()).await?;
+            let view = run_view(&state.engine, id).await?.ok_or_else(|| ApiError::not_found("run"))?;
+            return Ok(Json(view).into_response());
+        }
         _ => return Err(ApiError::not_found("route")),
     }
     if state.engine.store().run(id).await?.is_none() {

@@ -7,7 +7,9 @@ use cairn_core::diagnostic::Diagnostic;
 use cairn_core::state::RunStatus;
 use cairn_core::state::StepStatus;
 use cairn_core::validate::validate_value;
-use cairn_store::{RedriveOutcome, RerunOutcome, RetryOutcome, RunRedrive, RunRerun, StepRetry, StoreError};
+use cairn_store::{
+    PauseOutcome, RedriveOutcome, RerunOutcome, RetryOutcome, RunPause, RunRedrive, RunRerun, StepRetry, StoreError,
+};
 use serde_json::Value;
 
 use super::Engine;
@@ -45,6 +47,9 @@ pub enum RetryError {
     /// A rerun of a run that has not finished (HTTP 409).
     #[error("the run is {0}; only a finished run can be rerun")]
     NotFinished(RunStatus),
+    /// A pause of a run that is neither pending nor running, or a resume of one that is not paused (HTTP 409).
+    #[error("the run is {0}; a pause applies to a pending or running run, a resume to a paused one")]
+    NotPausable(RunStatus),
     /// A redrive of a run that is neither failed nor cancelled (HTTP 409).
     #[error("the run is {0}; only a failed or cancelled run can be redriven")]
     RunNotFinished(RunStatus),
@@ -123,6 +128,28 @@ impl Engine {
             }
             RerunOutcome::NoSuchRun | RerunOutcome::NoSuchStep => Err(RetryError::NotFound),
             RerunOutcome::NotFinished(status) => Err(RetryError::NotFinished(status)),
+        }
+    }
+
+    /// Pauses (`pause`) or resumes a run: while paused no new attempt starts; on resume what came due meanwhile
+    /// happens.
+    ///
+    /// # Errors
+    /// [`RetryError::NotFound`], [`RetryError::NotPausable`], [`RetryError::Store`].
+    pub async fn pause_run(&self, run_id: &str, pause: bool, by: &str, reason: Option<&str>) -> Result<(), RetryError> {
+        let req = RunPause { run_id, by, reason, now_ms: self.now_ms() };
+        let outcome =
+            if pause { self.inner.store.run_pause(&req).await? } else { self.inner.store.run_resume(&req).await? };
+        match outcome {
+            PauseOutcome::Done => {
+                tracing::info!(run_id, pause, "run {}", if pause { "paused" } else { "resumed" });
+                if !pause {
+                    self.wake();
+                }
+                Ok(())
+            }
+            PauseOutcome::NoSuchRun => Err(RetryError::NotFound),
+            PauseOutcome::WrongState(status) => Err(RetryError::NotPausable(status)),
         }
     }
 

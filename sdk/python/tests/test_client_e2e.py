@@ -110,6 +110,21 @@ def test_retry_of_a_failed_step_with_repaired_args(general_worker: WorkerProc, c
     assert client.wait(rerun.id, timeout=30).status == "failed"
 
 
+def test_pause_and_resume(general_worker: WorkerProc, client: cairn.Client) -> None:
+    w = general_worker
+    plan = {"steps": [{"id": "a", "action": w.a("greet"), "args": {"name": "a"}, "not_before": "+2s"}]}
+    run = client.submit(plan)
+    paused = client.pause(run.id, by="ops", reason="hold on")
+    assert paused.status == "paused"
+    with pytest.raises(cairn.Conflict):
+        client.pause(run.id)
+    resumed = client.resume(run.id, by="ops")
+    assert resumed.status == "running"
+    assert client.wait(run.id, timeout=30).status == "succeeded"
+    kinds = [e.kind for e in client.events(run.id)]
+    assert kinds.index("run_paused") < kinds.index("run_resumed")
+
+
 def test_idempotency_keys(general_worker: WorkerProc, client: cairn.Client) -> None:
     key = f"order-{free_port()}-{id(client)}"
     first = client.submit(greet_plan(general_worker), idempotency_key=key)

@@ -16,7 +16,9 @@ use super::event;
 use super::settle::{after_final, decide};
 use crate::error::{StoreError, StoreResult};
 use crate::reopen_tx::{ReopenTx, RunStepRow};
-use crate::repair::{RedriveOutcome, RerunOutcome, RetryOutcome, RunRedrive, RunRerun, StepRetry};
+use crate::repair::{
+    PauseOutcome, RedriveOutcome, RerunOutcome, RetryOutcome, RunPause, RunRedrive, RunRerun, StepRetry,
+};
 use crate::rows::EventInsert;
 use crate::tx::StepTx;
 use crate::wait_tx::WaitTx;
@@ -208,4 +210,31 @@ fn graph<'a>(rows: &'a [RunStepRow], edges: &'a [(String, String)]) -> StoreResu
             })
         })
         .collect()
+}
+
+/// Pauses (`pause`) or resumes a run ([`PauseOutcome`] says what happened). A pause applies to a pending or
+/// running run and a resume to a paused one; a resumed run is `running` again, and what came due while it was
+/// paused (timers, backoffs, approval and event deadlines) happens then.
+pub(crate) async fn run_pause<T: ReopenTx>(
+    tx: &mut T,
+    req: &RunPause<'_>,
+    pause: bool,
+    events: &mut Vec<EventInsert>,
+) -> StoreResult<PauseOutcome> {
+    let RunPause { run_id, now_ms: now, .. } = *req;
+    let Some((status, _)) = tx.run_lock(run_id, now).await? else {
+        return Ok(PauseOutcome::NoSuchRun);
+    };
+    let status = parse_run(&status)?;
+    let (applies, to, kind) = if pause {
+        (matches!(status, RunStatus::Pending | RunStatus::Running), RunStatus::Paused, EventKind::RunPaused)
+    } else {
+        (status == RunStatus::Paused, RunStatus::Running, EventKind::RunResumed)
+    };
+    if !applies {
+        return Ok(PauseOutcome::WrongState(status));
+    }
+    tx.run_status_set(run_id, to.as_str(), now).await?;
+    events.push(event(run_id, None, kind, note(req.by, req.reason, json!({})), now));
+    Ok(PauseOutcome::Done)
 }

@@ -44,7 +44,7 @@ pub(super) const RUNS_FAILED_STEPS: &str = "SELECT run_id, step_id, error FROM s
 
 /// `$1` the time, `$2` the run ids.
 pub(super) const RUNS_SUCCEED: &str = "UPDATE runs SET status = 'succeeded', failure = NULL, finished_at = $1, updated_at = $1 \
-     WHERE id = ANY ($2::text[]) AND (status IN ('pending', 'running')) IS TRUE RETURNING id";
+     WHERE id = ANY ($2::text[]) AND (status IN ('pending', 'running', 'paused')) IS TRUE RETURNING id";
 
 impl RunsTx for Transaction<'_, Postgres> {
     async fn runs_insert(&mut self, runs: &[RunInsert<'_>]) -> StoreResult<()> {

@@ -68,6 +68,7 @@ mod event_order;
 mod finish;
 pub mod lease;
 mod machine_model;
+mod pause;
 mod read;
 mod repair;
 mod retry;

@@ -1,8 +1,8 @@
 //! Repairing a failed run without starting over (issue "Operators"): real processes (`cairn serve`, a real
 //! `cairn worker`, the `cairn` CLI) and a local service whose counts show what ran. A failed step is retried
 //! after its endpoint recovers; retried with repaired args; a retry with invalid args changes nothing; a failed
-//! run is redriven; a failed run is rerun from a step in a new run. In every case the step that had succeeded
-//! never runs again. Case D16 variant d: a failed step's retry gets its own
+//! run is redriven; a failed run is rerun from a step in a new run; a paused run starts nothing until it is
+//! resumed. In every case the step that had succeeded never runs again. Case D16 variant d: a failed step's retry gets its own
 //! timeouts, not an instant one.
 
 #![allow(clippy::unwrap_used)]
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cairn_tests::http::{TempDir, cairn_with, step};
+use cairn_tests::http::{TempDir, cairn_with, holds_for, step, within};
 use cairn_tests::process::{Endpoint, Orchestrator};
 use cairn_tests::{Backend, on_both_backends};
 use serde_json::{Value, json};
@@ -173,6 +173,44 @@ async fn a_rerun_from_a_step_reuses_the_outputs_before_it_and_runs_it_and_what_f
     assert_eq!(endpoint.calls_to("/first").len(), 1, "{backend:?}: the reused step did not run again");
     assert_eq!(endpoint.calls_to("/flaky").len(), 2, "{backend:?}: the old run's call and the new run's");
     assert_eq!(orchestrator.run(&old).await["status"], "failed", "{backend:?}: the old run is unchanged");
+}
+
+on_both_backends!(a_paused_run_lets_its_running_step_finish_and_starts_the_next_only_when_resumed);
+async fn a_paused_run_lets_its_running_step_finish_and_starts_the_next_only_when_resumed(backend: Backend) {
+    let dir = TempDir::new();
+    let endpoint = Endpoint::start(|_| (200, json!({"ok": true}))).await;
+    let orchestrator = Orchestrator::start(backend, dir.path(), 10_000).await;
+    let _worker = orchestrator.worker("w1", &[], &[]);
+    let plan = json!({"steps": [
+        {"id": "first", "action": "http.request", "args": {"method": "GET", "url": format!("{}/slow?ms=held", endpoint.url())}},
+        {"id": "second", "action": "http.request", "depends_on": ["first"],
+         "args": {"method": "GET", "url": format!("{}/second", endpoint.url())}}]});
+    let run_id = orchestrator.submit(plan).await;
+    within(LIMIT, "the first step calls the endpoint", || async {
+        (!endpoint.calls_to("/slow").is_empty()).then_some(())
+    })
+    .await;
+    let token = [("CAIRN_API_TOKEN", orchestrator.api_token().to_owned())];
+    let pause = ["pause", &run_id, "--reason", "maintenance", "--server", &orchestrator.base_url];
+    let out = cairn_with(dir.path(), &pause, &token).await;
+    assert_eq!(out.code, Some(0), "{backend:?}: cairn pause: {}{}", out.stdout, out.stderr);
+
+    endpoint.release();
+    let paused = orchestrator
+        .wait_run(&run_id, "the running step finishes", LIMIT, |r| step(r, "first")["status"] == "succeeded")
+        .await;
+    assert_eq!(paused["status"], "paused", "{backend:?}: {paused:#}");
+    holds_for(Duration::from_secs(2), "no call to /second while paused", || async {
+        endpoint.calls_to("/second").is_empty()
+    })
+    .await;
+
+    let resume = ["resume", &run_id, "--server", &orchestrator.base_url];
+    let out = cairn_with(dir.path(), &resume, &token).await;
+    assert_eq!(out.code, Some(0), "{backend:?}: cairn resume: {}{}", out.stdout, out.stderr);
+    let done = orchestrator.wait_run(&run_id, "the resumed run ends", LIMIT, ended).await;
+    assert_eq!(done["status"], "succeeded", "{backend:?}: {done:#}");
+    assert_eq!((endpoint.calls_to("/slow").len(), endpoint.calls_to("/second").len()), (1, 1), "{backend:?}");
 }
 
 on_both_backends!(d16_d_a_retried_step_gets_its_full_timeout_on_every_new_attempt);

@@ -291,6 +291,14 @@ class Client(_Common):
         ``outcome_unknown`` for a decision instead)."""
         return Run.model_validate(self._request("POST", f"/v1/runs/{_seg(run_id)}:redrive", _decision(by, reason=reason)))
 
+    def pause(self, run_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
+        """Pauses a pending or running run: no new attempt starts (running ones finish) until :meth:`resume`."""
+        return Run.model_validate(self._request("POST", f"/v1/runs/{_seg(run_id)}:pause", _decision(by, reason=reason)))
+
+    def resume(self, run_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
+        """Resumes a paused run; timers, retries and deadlines that came due meanwhile happen now."""
+        return Run.model_validate(self._request("POST", f"/v1/runs/{_seg(run_id)}:resume", _decision(by, reason=reason)))
+
     def rerun(self, run_id: str, from_step: str, by: Optional[str] = None, *,
               reason: Optional[str] = None) -> Run:
         """A new run of a finished run's plan and input from ``from_step``: it and every step that depends on it
@@ -528,6 +536,16 @@ class AsyncClient(_Common):
     async def redrive(self, run_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
         """See :meth:`Client.redrive`."""
         path = f"/v1/runs/{_seg(run_id)}:redrive"
+        return Run.model_validate(await self._request("POST", path, _decision(by, reason=reason)))
+
+    async def pause(self, run_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
+        """See :meth:`Client.pause`."""
+        path = f"/v1/runs/{_seg(run_id)}:pause"
+        return Run.model_validate(await self._request("POST", path, _decision(by, reason=reason)))
+
+    async def resume(self, run_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
+        """See :meth:`Client.resume`."""
+        path = f"/v1/runs/{_seg(run_id)}:resume"
         return Run.model_validate(await self._request("POST", path, _decision(by, reason=reason)))
 
     async def rerun(self, run_id: str, from_step: str, by: Optional[str] = None, *,

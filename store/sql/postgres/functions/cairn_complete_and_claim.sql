@@ -36,10 +36,12 @@ DECLARE
     v_child steps%ROWTYPE;
     v_open BIGINT;
     v_cancel BIGINT;
+    v_status TEXT;
 BEGIN
     -- Read-only, so checked first: under a backlog this is the usual reason to fall back.
     IF EXISTS (SELECT 1 FROM steps r WHERE r.status = 'ready' AND r.available_at <= p_now
-               AND r.action = ANY (p_actions)) THEN
+               AND r.action = ANY (p_actions)
+               AND r.run_id NOT IN (SELECT k.id FROM runs k WHERE k.status = 'paused')) THEN
         RAISE EXCEPTION 'cairn: an older ready step comes first' USING ERRCODE = 'CRN01';
     END IF;
     UPDATE steps s SET status = 'succeeded', output = p_output, error = NULL, lease_id = NULL, lease_owner = NULL,
@@ -69,8 +71,9 @@ BEGIN
     END IF;
 
     UPDATE runs r SET open_steps = r.open_steps - 1, updated_at = p_now WHERE r.id = p_run_id
-    RETURNING r.open_steps, r.cancel_requested INTO v_open, v_cancel;
-    IF NOT FOUND OR v_open < 1 OR v_cancel <> 0 THEN
+    RETURNING r.open_steps, r.cancel_requested, r.status INTO v_open, v_cancel, v_status;
+    -- A paused run starts no new attempt (`crate::sql::unpaused!`): the general path releases its dependent.
+    IF NOT FOUND OR v_open < 1 OR v_cancel <> 0 OR v_status = 'paused' THEN
         RAISE EXCEPTION 'cairn: the run needs the general path' USING ERRCODE = 'CRN01';
     END IF;
 

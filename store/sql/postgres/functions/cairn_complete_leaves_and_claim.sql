@@ -100,7 +100,7 @@ BEGIN
     -- Runs with no open step left end here when their counters say succeeded (`cairn_core::machine::run_end`:
     -- no failed step); one with a failed step, or already finished, is left to Rust to name its failure.
     WITH finished AS (UPDATE runs SET status = 'succeeded', failure = NULL, finished_at = p_now, updated_at = p_now
-        WHERE runs.id = ANY (v_ending) AND (runs.status IN ('pending', 'running')) IS TRUE
+        WHERE runs.id = ANY (v_ending) AND (runs.status IN ('pending', 'running', 'paused')) IS TRUE
             AND runs.failed_steps = 0
         RETURNING runs.id)
     SELECT count(*) INTO v_finished FROM finished;
@@ -138,8 +138,10 @@ BEGIN
         v_actions := ARRAY(SELECT jsonb_array_elements_text(p_claim_actions[g]::jsonb));
         v_first := g = 1;
         FOR v_row IN
+            -- A paused run's steps are not claimed (`crate::sql::unpaused!`).
             WITH picked AS (SELECT r.run_id, r.step_id FROM steps r WHERE r.status = 'ready'
-                AND r.available_at <= p_now AND r.action = ANY (v_actions) ORDER BY r.available_at
+                AND r.available_at <= p_now AND r.action = ANY (v_actions)
+                AND r.run_id NOT IN (SELECT k.id FROM runs k WHERE k.status = 'paused') ORDER BY r.available_at
                 LIMIT p_claim_limits[g] FOR UPDATE SKIP LOCKED),
             leased AS (UPDATE steps s SET status = 'running', attempt = s.attempt + 1, lease_owner = v_worker,
                 lease_id = s.run_id || '/' || s.step_id || '/' || (s.attempt + 1), started_at = p_now,
