@@ -57,5 +57,12 @@ fn ok(status: StatusCode, body: Value) -> anyhow::Result<Value> {
     }
     let code = body.get("code").and_then(Value::as_str).unwrap_or("error");
     let message = body.get("message").and_then(Value::as_str).unwrap_or("request failed");
-    bail!("{status}: {code}: {message}")
+    // Diagnostics (invalid plans, invalid repaired args) say what was wrong and where.
+    let mut lines = String::new();
+    for d in body["details"]["diagnostics"].as_array().into_iter().flatten() {
+        let at = d["pointer"].as_str().unwrap_or_default();
+        let said = d["message"].as_str().unwrap_or_default();
+        lines.push_str(&format!("\n  {} at {at}: {said}", d["code"].as_str().unwrap_or("error")));
+    }
+    bail!("{status}: {code}: {message}{lines}")
 }

@@ -86,7 +86,7 @@ enum Command {
     /// Start a new run of a finished run from one step: it and its descendants run again, the others keep their
     /// outputs (prints the new run's id).
     Rerun(command::runs::RerunArgs),
-    /// Cron schedules: create, list, show, pause, resume, delete, and preview fire times (`next`).
+    /// Cron schedules: create, list, show, pause, resume, trigger, delete, and preview fire times (`next`).
     Schedule(command::schedule::Args),
     /// List steps waiting for approval across runs.
     Approvals(command::schedule::ApprovalsArgs),

@@ -39,7 +39,7 @@ pub fn detail_view(detail: RunDetail, served: &HashSet<String>) -> Value {
             let mut view = json!({
                 "id": s.id, "action": s.action, "status": s.status, "attempts": s.attempts,
                 "output": s.output, "error": s.error, "failures": failures, "timer": timer,
-                "available_at_ms": s.available_at_ms, "checkpoint": s.checkpoint,
+                "available_at_ms": s.available_at_ms, "checkpoint": s.checkpoint, "args_revision": s.args_revision,
             });
             let run_by_orchestrator = s.action == cairn_core::event_wait::ACTION;
             if s.status == StepStatus::Ready && !run_by_orchestrator && !served.contains(&s.action) {

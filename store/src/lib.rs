@@ -339,8 +339,8 @@ impl Store {
         actor: &str,
         now_ms: i64,
     ) -> StoreResult<bool> {
-        in_tx!(self, |tx, events| flow::control::operate(&mut tx, run_id, step_id, action, actor, now_ms, &mut events)
-            .await?)
+        let decision = flow::control::StepDecision { run_id, step_id, action, actor, note: None };
+        in_tx!(self, |tx, events| flow::control::operate(&mut tx, &decision, now_ms, &mut events).await?)
     }
 }
 

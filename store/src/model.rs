@@ -192,6 +192,9 @@ pub struct StepSummary {
     pub not_before_local: Option<String>,
     /// Last checkpoint.
     pub checkpoint: Option<Value>,
+    /// How many times an operator repaired its args (0: the plan's args; the `operator_retry` event of each
+    /// repair carries the args).
+    pub args_revision: i64,
 }
 
 /// One entry of a run's history.

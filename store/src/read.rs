@@ -52,6 +52,7 @@ fn step_summary(r: StepRow) -> StoreResult<StepSummary> {
         not_before_at_ms: r.not_before_at,
         not_before_local: r.not_before_local,
         checkpoint: json_opt("steps.checkpoint", r.checkpoint)?,
+        args_revision: r.args_revision,
     })
 }
 

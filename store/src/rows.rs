@@ -121,6 +121,7 @@ pub(crate) struct StepRow {
     pub not_before_at: Option<i64>,
     pub not_before_local: Option<String>,
     pub checkpoint: Option<String>,
+    pub args_revision: i64,
 }
 
 /// An attempt as stored.

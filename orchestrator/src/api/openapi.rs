@@ -131,17 +131,17 @@ fn operations() -> Vec<(&'static str, &'static str, Op)> {
         ("/v1/runs/{id}:cancel", "post", Op::new("cancelRun", "cancel a run and every open step")
             .answers("200", run()).answers("404", error("no such run")).answers("409", error("already_finished"))),
         ("/v1/runs/{id}:redrive", "post", Op::new("redriveRun", "run every failed and cancelled step of a failed or cancelled run again")
-            .body("Decision", false).answers("200", run()).answers("404", error("no such run"))
+            .body("Decision", false).answers("200", run()).answers("400", error("`args` given: they apply to a retry")).answers("404", error("no such run"))
             .answers("409", error("wrong_state: neither failed nor cancelled")).answers("422", error(invalid))),
         ("/v1/runs/{id}:rerun", "post", Op::new("rerunRun", "a new run of a finished run from one step, reusing every other step's output")
             .body("RerunRequest", true).answers("201", answer("the new run", schema("Run")))
             .answers("400", error("`from` missing")).answers("404", error("no such run or step"))
             .answers("409", error("wrong_state: the run has not finished")).answers("422", error(invalid))),
         ("/v1/runs/{id}:pause", "post", Op::new("pauseRun", "pause a run: no new attempt starts, running ones finish")
-            .body("Decision", false).answers("200", run()).answers("404", error("no such run"))
+            .body("Decision", false).answers("200", run()).answers("400", error("`args` given: they apply to a retry")).answers("404", error("no such run"))
             .answers("409", error("wrong_state: neither pending nor running")).answers("422", error(invalid))),
         ("/v1/runs/{id}:resume", "post", Op::new("resumeRun", "resume a paused run; what came due meanwhile happens now")
-            .body("Decision", false).answers("200", run()).answers("404", error("no such run"))
+            .body("Decision", false).answers("200", run()).answers("400", error("`args` given: they apply to a retry")).answers("404", error("no such run"))
             .answers("409", error("wrong_state: not paused")).answers("422", error(invalid))),
         ("/v1/runs/{id}/events", "get", Op::new("runEvents", "the run's history; with Accept: text/event-stream, live")
             .query("after", "integer", "only events after this id").query("limit", "integer", "most events")
@@ -149,10 +149,10 @@ fn operations() -> Vec<(&'static str, &'static str, Op)> {
                 "application/json": {"schema": schema("EventList")}, "text/event-stream": {"schema": {"type": "string"}}}}))
             .answers("404", error("no such run"))),
         ("/v1/runs/{id}/steps/{step}:approve", "post", Op::new("approveStep", "approve a step waiting for approval")
-            .body("Decision", false).answers("200", run())
+            .body("Actor", false).answers("200", run()).answers("400", error("`args` or `reason` given: they apply to a retry"))
             .answers("409", error("wrong_state, or approval_timed_out")).answers("422", error(invalid))),
         ("/v1/runs/{id}/steps/{step}:reject", "post", Op::new("rejectStep", "reject a step waiting for approval")
-            .body("Decision", false).answers("200", run())
+            .body("Actor", false).answers("200", run()).answers("400", error("`args` or `reason` given: they apply to a retry"))
             .answers("409", error("wrong_state, or approval_timed_out")).answers("422", error(invalid))),
         ("/v1/runs/{id}/steps/{step}:retry", "post", Op::new("retryStep",
             "run a failed step again with a fresh attempt budget (the run reopens), or an outcome_unknown one")
@@ -160,9 +160,9 @@ fn operations() -> Vec<(&'static str, &'static str, Op)> {
             .answers("409", error("wrong_state: not failed or outcome_unknown, or the run was cancelled"))
             .answers("422", error("invalid_args (details.diagnostics) or invalid_request"))),
         ("/v1/runs/{id}/steps/{step}:skip", "post", Op::new("skipStep", "skip an outcome_unknown step")
-            .body("Decision", false).answers("200", run()).answers("409", error("wrong_state")).answers("422", error(invalid))),
+            .body("Actor", false).answers("200", run()).answers("400", error("`args` or `reason` given: they apply to a retry")).answers("409", error("wrong_state")).answers("422", error(invalid))),
         ("/v1/runs/{id}/steps/{step}:fail", "post", Op::new("failStep", "fail an outcome_unknown step")
-            .body("Decision", false).answers("200", run()).answers("409", error("wrong_state")).answers("422", error(invalid))),
+            .body("Actor", false).answers("200", run()).answers("400", error("`args` or `reason` given: they apply to a retry")).answers("409", error("wrong_state")).answers("422", error(invalid))),
         ("/v1/actions", "get", Op::new("listActions", "the actions the validator accepts, with schemas, effects and workers")
             .answers("200", answer("{actions}", schema("ActionList")))),
         ("/v1/schedules", "post", Op::new("createSchedule", "create a cron schedule")

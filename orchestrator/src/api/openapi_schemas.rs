@@ -122,6 +122,7 @@ pub(super) fn schemas() -> Value {
         "RunList": object(&["runs"], json!({"runs": {"type": "array", "items": object(&["id", "status"], run_summary())},
             "limit": integer(), "offset": integer()})),
         "Decision": strict(&[], json!({"by": text(), "reason": text()})),
+        "Actor": strict(&[], json!({"by": text()})),
         "RetryRequest": strict(&[], json!({"by": text(), "reason": text(),
             "args": {"type": "object", "description": "repaired args; the step then gets a new idempotency key"}})),
         "RerunRequest": strict(&["from"], json!({"from": text(), "by": text(), "reason": text()})),

@@ -36,17 +36,27 @@ pub(crate) async fn cancel_run<T: StepTx>(
     Ok(true)
 }
 
+/// An operator's decision on a step.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepDecision<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) step_id: &'a str,
+    pub(crate) action: OperatorAction,
+    /// Who decided.
+    pub(crate) actor: &'a str,
+    /// What the parked step's event records (`{"by": actor}` when `None`).
+    pub(crate) note: Option<&'a serde_json::Value>,
+}
+
 /// Applies an operator decision ([`OperatorAction::rule`]); false when the step is not in the state the action
 /// applies to. Approve and reject are the approval decisions of [`super::approval::decide`], deadline included.
 pub(crate) async fn operate<T: StepTx + WaitTx>(
     tx: &mut T,
-    run_id: &str,
-    step_id: &str,
-    action: OperatorAction,
-    actor: &str,
+    d: &StepDecision<'_>,
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<bool> {
+    let StepDecision { run_id, step_id, action, actor, .. } = *d;
     let to = match action.rule(actor) {
         OperatorRule::Approval(end) => {
             let approve = end == ApprovalEnd::Approved;
@@ -67,7 +77,8 @@ pub(crate) async fn operate<T: StepTx + WaitTx>(
     if !tx.step_operator(&moved, now).await? {
         return Ok(false);
     }
-    events.push(event(run_id, Some(step_id), kind, json!({"by": actor}), now));
+    let note = d.note.cloned().unwrap_or_else(|| json!({"by": actor}));
+    events.push(event(run_id, Some(step_id), kind, note, now));
     if to.is_final() {
         after_final(tx, run_id, vec![Finished::new(step_id, to)], now, events).await?;
     }

@@ -115,7 +115,7 @@ async fn fail_row<T: StepTx>(
         after_failure(FailedAttempt { policy: &policy, attempt, idempotent: row.idempotent != 0, failure }, sample);
     let mut record = failure_record(lease, row, failure, now);
     if decision == AfterFailure::Fail && failure.retryable && attempt >= policy.max_attempts {
-        record.message = format!("{} (retries exhausted after {attempt} attempts)", record.message);
+        record.message = format!("{} (retries exhausted after {attempt} attempt(s))", record.message);
     }
     if decision == AfterFailure::OutcomeUnknown {
         record.suggestion = cairn_core::failure::Suggestion::AskUser;

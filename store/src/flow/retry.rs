@@ -12,6 +12,7 @@ use cairn_core::machine::{self, OperatorAction, Reopening, RunStep};
 use cairn_core::state::{RunStatus, StepStatus};
 use serde_json::{Value, json};
 
+use super::control::StepDecision;
 use super::event;
 use super::settle::{after_final, decide};
 use crate::error::{StoreError, StoreResult};
@@ -41,7 +42,10 @@ pub(crate) async fn step_retry<T: StepTx + WaitTx + ReopenTx>(
     match status {
         StepStatus::OutcomeUnknown => {
             let args_revision = revise(tx, req).await?;
-            if !super::control::operate(tx, run_id, step_id, OperatorAction::Retry, req.by, now, events).await? {
+            let note = retry_note(req, args_revision);
+            let decision =
+                StepDecision { run_id, step_id, action: OperatorAction::Retry, actor: req.by, note: Some(&note) };
+            if !super::control::operate(tx, &decision, now, events).await? {
                 return Err(moved(step_id));
             }
             Ok(RetryOutcome::Retried { args_revision, reopened: vec![step_id.to_owned()] })
@@ -52,7 +56,7 @@ pub(crate) async fn step_retry<T: StepTx + WaitTx + ReopenTx>(
         StepStatus::Failed => {
             let args_revision = revise(tx, req).await?;
             let reopening = machine::reopen(&graph, &[step_id]).map_err(|e| moved(&e.to_string()))?;
-            let data = note(req.by, req.reason, json!({"args_revision": args_revision}));
+            let data = retry_note(req, args_revision);
             let reopened = apply(tx, run_id, parse_run(&run_status)?, reopening, data, now, events).await?;
             Ok(RetryOutcome::Retried { args_revision, reopened })
         }
@@ -143,8 +147,10 @@ async fn apply<T: StepTx + ReopenTx>(
         }
         let (kind, recorded) = match (step.target, step.to) {
             (true, StepStatus::OutcomeUnknown) => {
-                let why = "it was cancelled while an attempt ran and is not idempotent: it may have acted";
-                (EventKind::StepOutcomeUnknown, json!({"reason": why}))
+                let cause = "it was cancelled while an attempt ran and is not idempotent: it may have acted";
+                let mut recorded = data.clone();
+                recorded["cause"] = json!(cause);
+                (EventKind::StepOutcomeUnknown, recorded)
             }
             (true, _) => (EventKind::OperatorRetry, data.clone()),
             (false, _) => (EventKind::StepReopened, json!({"was": step.was.as_str()})),
@@ -165,6 +171,15 @@ async fn apply<T: StepTx + ReopenTx>(
         after_final(tx, run_id, finals, now, events).await?;
     }
     Ok(reopening.steps.into_iter().map(|s| s.step).collect())
+}
+
+/// What an `operator_retry` event records: who, why, the args revision, and the repaired args when there are.
+fn retry_note(req: &StepRetry<'_>, args_revision: i64) -> Value {
+    let mut extra = json!({"args_revision": args_revision});
+    if let Some(args) = req.args {
+        extra["args"] = args.clone();
+    }
+    note(req.by, req.reason, extra)
 }
 
 /// `extra` with who decided and why.

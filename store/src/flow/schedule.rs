@@ -92,7 +92,11 @@ async fn fire_tick<T: WaitTx>(
     if !open.is_empty() {
         match overlap {
             Overlap::Skip => {
-                let detail = json!({"open_runs": open}).to_string();
+                let mut detail = json!({"open_runs": open});
+                if note.is_some() {
+                    detail["trigger"] = json!("manual");
+                }
+                let detail = detail.to_string();
                 let skipped = TickInsert { outcome: TickOutcome::SkippedOverlap, detail: Some(&detail), ..base };
                 tx.tick_insert(&skipped, now).await?;
                 out.skipped.push(tick.fire_at_ms);

@@ -217,6 +217,7 @@ fn inserted_detail(run: &NewRun, plan_id: String, rows: &[StepInsert]) -> RunDet
             not_before_at_ms: r.not_before_at,
             not_before_local: r.not_before_local.clone(),
             checkpoint: None,
+            args_revision: 0,
         })
         .collect();
     RunDetail {

@@ -135,6 +135,26 @@ async fn a_retry_is_refused_for_steps_that_did_not_fail_and_in_cancelled_runs(st
     assert_eq!((cancelled.status, cancelled.open_steps), (RunStatus::Cancelled, 0), "a finished run has none open");
 }
 
+async fn a_retry_of_an_outcome_unknown_step_records_who_why_and_the_repaired_args(store: Store) {
+    let doc = steps(vec![json!({"id": "pay", "action": "noop", "args": {"n": 1}, "idempotent": false})]);
+    submit(&store, "r1", &doc).await;
+    let pay = claim_one(&store, T0).await;
+    let timeout = cairn_core::failure::Failure::new("timeout", "no answer", true);
+    store.fail(&pay.lease, &timeout, 0.0, T0 + 1).await.expect("fail");
+    assert_eq!(status(&store, "r1", "pay").await, "outcome_unknown");
+    let args = json!({"n": 2});
+
+    let outcome = store.step_retry(&retry("pay", Some(&args), T0 + 2)).await.expect("retry");
+
+    assert_eq!(outcome, RetryOutcome::Retried { args_revision: 1, reopened: vec!["pay".into()] });
+    let retried = events(&store, "r1").await.into_iter().find(|e| e.kind == "operator_retry").expect("recorded");
+    let expected = json!({"by": "alice", "reason": "endpoint fixed", "args_revision": 1, "args": {"n": 2}});
+    assert_eq!(retried.data, expected);
+    assert_eq!(step(&store, "r1", "pay").await.args_revision, 1);
+    let again = claim_one(&store, T0 + 2).await;
+    assert_eq!((again.args, again.idempotency_key), (args, "r1/pay/1".to_owned()));
+}
+
 fn redrive(now_ms: i64) -> RunRedrive<'static> {
     RunRedrive { run_id: "r1", by: "ops", reason: Some("fixed upstream"), now_ms }
 }
@@ -274,4 +294,5 @@ contract_tests!(
     a_redriven_cancelled_run_leaves_a_non_idempotent_step_cancelled_while_it_ran_to_an_operator,
     a_redrive_is_refused_for_a_run_that_did_not_fail_or_was_cancelled,
     a_rerun_from_a_step_runs_it_and_its_descendants_and_reuses_every_other_output,
+    a_retry_of_an_outcome_unknown_step_records_who_why_and_the_repaired_args,
 );
