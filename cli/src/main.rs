@@ -64,6 +64,8 @@ enum Command {
     Show(command::runs::RunArgs),
     /// Print a run's event history.
     Logs(command::runs::RunArgs),
+    /// Follow a run until it finishes, as `cairn run` does (exit code: 0 succeeded, 1 failed, 3 cancelled).
+    Watch(command::runs::RunArgs),
     /// Cancel a run (open steps, pending retries and timers).
     Cancel(command::runs::RunArgs),
     /// Approve a step waiting for approval.
@@ -134,6 +136,7 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Runs(args) => command::runs::list(args, &settings).await,
             Command::Show(args) => command::runs::show(args, &settings).await,
             Command::Logs(args) => command::runs::logs(args, &settings).await,
+            Command::Watch(args) => command::runs::watch(args, &settings).await,
             Command::Cancel(args) => command::runs::cancel(args, &settings).await,
             Command::Approve(args) => command::runs::decide("approve", args, &settings).await,
             Command::Reject(args) => command::runs::decide("reject", args, &settings).await,

@@ -86,12 +86,19 @@ async fn follow(client: &Client, args: &Args, plan: Value) -> anyhow::Result<Exi
 /// with `json`). The exit code is the run's ([`exit_code`]).
 pub async fn watch(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut seen: HashMap<String, String> = HashMap::new();
+    let mut run_status = String::new();
     loop {
         let run = client.get(&format!("/v1/runs/{id}")).await?;
+        let status = run["status"].as_str().unwrap_or("");
         if !json {
+            // A pause (and the resume) is the one run-level change a follower sees before the end.
+            if !run_status.is_empty() && run_status != status && !matches!(status, "succeeded" | "failed" | "cancelled")
+            {
+                out!("  run {status}");
+            }
             progress(&run, &mut seen);
         }
-        let status = run["status"].as_str().unwrap_or("");
+        run_status = status.to_owned();
         if matches!(status, "succeeded" | "failed" | "cancelled") {
             if json {
                 out!("{}", serde_json::to_string_pretty(&run)?);

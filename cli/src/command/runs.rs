@@ -186,16 +186,39 @@ pub async fn list(args: &ListArgs, settings: &Settings) -> anyhow::Result<ExitCo
         out!("{}", serde_json::to_string_pretty(&answer["runs"])?);
         return Ok(ExitCode::SUCCESS);
     }
+    let now = jiff::Timestamp::now().as_millisecond();
     for run in answer["runs"].as_array().into_iter().flatten() {
+        let created = run["created_at_ms"].as_i64();
+        let at = created.and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok()).map(|t| t.to_string());
+        // Until now for a run still open.
+        let took = created.map(|c| run["finished_at_ms"].as_i64().unwrap_or(now) - c).map(duration);
         out!(
-            "{}  {:<10} steps {:>5}  open {:>5}",
+            "{}  {:<10} steps {:>5}  open {:>5}  created {}  took {}",
             run["id"].as_str().unwrap_or("?"),
             run["status"].as_str().unwrap_or("?"),
             run["step_count"],
-            run["open_steps"]
+            run["open_steps"],
+            at.unwrap_or_else(|| "?".into()),
+            took.unwrap_or_else(|| "?".into())
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `ms` as `1.2s`, `3m04s` or `2h05m`.
+fn duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{:.1}s", ms.max(0) as f64 / 1000.0),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// `cairn watch RUN`: follows a run until it finishes, as `cairn run` does after submitting (exit code: the
+/// run's).
+pub async fn watch(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    crate::command::run::watch(&args.target.client(settings)?, &args.run, args.target.json).await
 }
 
 /// Arguments naming one run.

@@ -98,9 +98,12 @@ async fn the_claims_generic_plan_starts_runs_by_key_whatever_the_statistics_say(
 
     let indexes = generic_plan_indexes(&pool, &setup, prepare, explain).await;
 
-    // The events' run lock reads `runs` by key in any case: count the reads of `runs` by index.
+    // The events' run lock reads `runs` by key in any case: count the reads of `runs` by index. The paused runs
+    // it leaves out (`crate::sql::unpaused!`) are read once per statement from the status index's `paused`
+    // entries, which a backlog of pending runs does not lengthen.
     let of_runs: Vec<&str> = indexes.iter().map(String::as_str).filter(|i| i.starts_with("runs_")).collect();
-    assert_eq!(of_runs, ["runs_pkey", "runs_pkey"], "the runs it starts and the runs it locks, both by key");
+    let expected = ["runs_status_created_idx", "runs_pkey", "runs_pkey"];
+    assert_eq!(of_runs, expected, "the paused runs, then the runs it starts and the runs it locks, both by key");
 }
 
 /// With statistics taken when no step was running and 5,000 running now (long actions in flight), a completion

@@ -208,6 +208,15 @@ async fn a_paused_run_lets_its_running_step_finish_and_starts_the_next_only_when
     let resume = ["resume", &run_id, "--server", &orchestrator.base_url];
     let out = cairn_with(dir.path(), &resume, &token).await;
     assert_eq!(out.code, Some(0), "{backend:?}: cairn resume: {}{}", out.stdout, out.stderr);
+    let watch = ["watch", &run_id, "--server", &orchestrator.base_url];
+    let out = cairn_with(dir.path(), &watch, &token).await;
+    assert_eq!(
+        out.code,
+        Some(0),
+        "{backend:?}: cairn watch follows the run to its success: {}{}",
+        out.stdout,
+        out.stderr
+    );
     let done = orchestrator.wait_run(&run_id, "the resumed run ends", LIMIT, ended).await;
     assert_eq!(done["status"], "succeeded", "{backend:?}: {done:#}");
     assert_eq!((endpoint.calls_to("/slow").len(), endpoint.calls_to("/second").len()), (1, 1), "{backend:?}");
