@@ -29,7 +29,7 @@ pub async fn run_view(engine: &Engine, run_id: &str) -> StoreResult<Option<Value
 /// actions a connected worker serves ([`Engine::served_actions`]).
 #[must_use]
 pub fn detail_view(detail: RunDetail, served: &HashSet<String>) -> Value {
-    let RunDetail { run, steps, attempts } = detail;
+    let RunDetail { run, input, steps, attempts } = detail;
     let steps: Vec<Value> = steps
         .into_iter()
         .map(|s| {
@@ -40,6 +40,7 @@ pub fn detail_view(detail: RunDetail, served: &HashSet<String>) -> Value {
                 "id": s.id, "action": s.action, "status": s.status, "attempts": s.attempts,
                 "output": s.output, "error": s.error, "failures": failures, "timer": timer,
                 "available_at_ms": s.available_at_ms, "checkpoint": s.checkpoint, "args_revision": s.args_revision,
+                "args": s.args, "started_at_ms": s.started_at_ms, "finished_at_ms": s.finished_at_ms,
             });
             let run_by_orchestrator = s.action == cairn_core::event_wait::ACTION;
             if s.status == StepStatus::Ready && !run_by_orchestrator && !served.contains(&s.action) {
@@ -51,6 +52,6 @@ pub fn detail_view(detail: RunDetail, served: &HashSet<String>) -> Value {
     json!({
         "id": run.id, "status": run.status, "plan_id": run.plan_id, "step_count": run.step_count,
         "open_steps": run.open_steps, "failure": run.failure, "created_at_ms": run.created_at_ms,
-        "finished_at_ms": run.finished_at_ms, "rerun_of": run.rerun_of, "steps": steps,
+        "finished_at_ms": run.finished_at_ms, "rerun_of": run.rerun_of, "input": input, "steps": steps,
     })
 }

@@ -195,6 +195,12 @@ pub struct StepSummary {
     /// How many times an operator repaired its args (0: the plan's args; the `operator_retry` event of each
     /// repair carries the args).
     pub args_revision: i64,
+    /// Its args as the run holds them: the plan's, or an operator's repair; placeholders unresolved.
+    pub args: Value,
+    /// When its current (or last) attempt started.
+    pub started_at_ms: Option<i64>,
+    /// When it became final.
+    pub finished_at_ms: Option<i64>,
 }
 
 /// One entry of a run's history.
@@ -236,6 +242,8 @@ pub struct AttemptRecord {
 pub struct RunDetail {
     /// The run.
     pub run: RunSummary,
+    /// Its input.
+    pub input: Value,
     /// Its steps in plan order.
     pub steps: Vec<StepSummary>,
     /// Its attempts by step then attempt number.

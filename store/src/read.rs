@@ -53,6 +53,9 @@ fn step_summary(r: StepRow) -> StoreResult<StepSummary> {
         not_before_local: r.not_before_local,
         checkpoint: json_opt("steps.checkpoint", r.checkpoint)?,
         args_revision: r.args_revision,
+        args: serde_json::from_str(&r.args).map_err(|e| StoreError::corrupt("steps.args", e))?,
+        started_at_ms: r.started_at,
+        finished_at_ms: r.finished_at,
     })
 }
 
@@ -151,7 +154,9 @@ impl Store {
             }
         };
         let Some(run) = run else { return Ok(None) };
+        let input = serde_json::from_str(&run.input).map_err(|e| StoreError::corrupt("runs.input", e))?;
         Ok(Some(RunDetail {
+            input,
             run: run_summary(run)?,
             steps: steps.into_iter().map(step_summary).collect::<StoreResult<_>>()?,
             attempts: attempts.into_iter().map(|r| attempt_record(run_id, r)).collect::<StoreResult<_>>()?,

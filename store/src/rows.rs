@@ -100,6 +100,7 @@ pub(crate) struct RunRow {
     pub id: String,
     pub plan_id: String,
     pub status: String,
+    pub input: String,
     pub step_count: i64,
     pub open_steps: i64,
     pub failure: Option<String>,
@@ -122,6 +123,9 @@ pub(crate) struct StepRow {
     pub not_before_local: Option<String>,
     pub checkpoint: Option<String>,
     pub args_revision: i64,
+    pub args: String,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
 }
 
 /// An attempt as stored.

@@ -237,7 +237,8 @@ pub(crate) const RUNS_LIST: &str = "SELECT id, plan_id, status, input, step_coun
 
 /// Steps of a run in plan order. Index: `steps` PK prefix.
 pub(crate) const STEPS_OF_RUN: &str = "SELECT step_id, action, status, attempt, output, error, available_at, \
-     not_before_at, not_before_local, checkpoint, args_revision FROM steps WHERE run_id = $1 ORDER BY position";
+     not_before_at, not_before_local, checkpoint, args_revision, args, started_at, finished_at FROM steps \
+     WHERE run_id = $1 ORDER BY position";
 
 /// Attempts of a run. Index: `attempts` PK prefix.
 pub(crate) const ATTEMPTS_OF_RUN: &str = "SELECT step_id, attempt, worker_id, status, started_at, ended_at, \

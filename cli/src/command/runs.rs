@@ -70,6 +70,12 @@ pub fn print_diagnostics(answer: &Value) {
 /// Prints a finished (or current) run: status, root cause, then each step with attempts and failure records.
 pub fn print_summary(run: &Value) {
     out!("run {}: {}", run["id"].as_str().unwrap_or("?"), run["status"].as_str().unwrap_or("?"));
+    if let Some(old) = run["rerun_of"].as_str() {
+        out!("  rerun of {old}");
+    }
+    if run["input"].as_object().is_some_and(|input| !input.is_empty()) {
+        out!("  input {}", clipped(&run["input"]));
+    }
     if let Some(failure) = run["failure"].as_object() {
         out!(
             "  root cause: step `{}` {}: {} (suggestion: {})",
@@ -86,12 +92,23 @@ pub fn print_summary(run: &Value) {
             .as_str()
             .map(|a| format!("  waiting for a worker serving `{a}` (none connected)"))
             .unwrap_or_default();
+        let took = match (step["started_at_ms"].as_i64(), step["finished_at_ms"].as_i64()) {
+            (Some(start), Some(end)) => format!("  took {}", duration(end - start)),
+            _ => String::new(),
+        };
+        let revised = match step["args_revision"].as_i64() {
+            Some(n) if n > 0 => format!(" (repaired, revision {n})"),
+            _ => String::new(),
+        };
         out!(
-            "  {:<16} {:<16} attempts {}{timer}{waiting}",
+            "  {:<16} {:<16} attempts {}{took}{timer}{waiting}",
             step["id"].as_str().unwrap_or("?"),
             step["status"].as_str().unwrap_or("?"),
             step["attempts"]
         );
+        if step["args"].as_object().is_some_and(|args| !args.is_empty()) {
+            out!("      args{revised} {}", clipped(&step["args"]));
+        }
         for f in step["failures"].as_array().into_iter().flatten() {
             out!(
                 "      attempt {}: {} — {} (retryable {}, suggestion {})",
@@ -203,6 +220,15 @@ pub async fn list(args: &ListArgs, settings: &Settings) -> anyhow::Result<ExitCo
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `value` as compact JSON, cut to 160 characters.
+fn clipped(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(160) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text,
+    }
 }
 
 /// `ms` as `1.2s`, `3m04s` or `2h05m`.

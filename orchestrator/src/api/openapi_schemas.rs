@@ -47,7 +47,10 @@ fn run() -> Value {
     let mut properties = run_summary();
     properties["steps"] = json!({"type": "array", "items": {"type": "object", "required": ["id", "status"],
         "properties": {"id": text(), "action": text(), "status": text(), "attempts": integer(), "output": {},
-            "error": {}, "failures": {"type": "array", "items": {"type": "object"}}, "timer": {}, "waiting_for": {}}}});
+            "error": {}, "failures": {"type": "array", "items": {"type": "object"}}, "timer": {}, "waiting_for": {},
+            "args": {}, "args_revision": integer(), "started_at_ms": nullable("integer"),
+            "finished_at_ms": nullable("integer")}}});
+    properties["input"] = json!({});
     object(&["id", "status"], properties)
 }
 

@@ -93,6 +93,7 @@ def test_retry_of_a_failed_step_with_repaired_args(general_worker: WorkerProc, c
     final = wait_run(client, run.id, "the retried step fails again",
                      lambda r: r.status == "failed" and r.step("b").attempts == 2)
     assert final.step("b").error.details == {"customer": 8}, "the repaired args ran"
+    assert (final.step("b").args, final.step("b").args_revision) == ({"id": 8}, 1)
     assert final.step("a").attempts == 1, "the succeeded step never ran again"
     kinds = [e.kind for e in client.events(run.id)]
     assert "run_reopened" in kinds and "operator_retry" in kinds

@@ -218,9 +218,13 @@ fn inserted_detail(run: &NewRun, plan_id: String, rows: &[StepInsert]) -> RunDet
             not_before_local: r.not_before_local.clone(),
             checkpoint: None,
             args_revision: 0,
+            args: serde_json::from_str(&r.args).unwrap_or_default(),
+            started_at_ms: None,
+            finished_at_ms: None,
         })
         .collect();
     RunDetail {
+        input: run.input.clone(),
         run: RunSummary {
             id: run.run_id.clone(),
             status: RunStatus::Pending,

@@ -105,6 +105,13 @@ async fn a_failed_step_retried_with_repaired_args_calls_what_they_say_and_invali
     assert_eq!(fixed.len(), 1, "{backend:?}: the repaired args were");
     let key = fixed[0].headers.get("idempotency-key").map(|v| v.to_str().unwrap().to_owned());
     assert_eq!(key, Some(format!("{run_id}/call/1")), "{backend:?}: repaired args, a new idempotency key");
+    let token = [("CAIRN_API_TOKEN", orchestrator.api_token().to_owned())];
+    let out = cairn_with(dir.path(), &["show", &run_id, "--server", &orchestrator.base_url], &token).await;
+    assert_eq!(out.code, Some(0), "{backend:?}: {}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("args (repaired, revision 1)") && out.stdout.contains("/fixed"), "{}", out.stdout);
+    let out = cairn_with(dir.path(), &["runs", "--server", &orchestrator.base_url], &token).await;
+    let line = out.stdout.lines().find(|l| l.starts_with(&run_id)).unwrap_or_default().to_owned();
+    assert!(line.contains("succeeded") && line.contains("created 20") && line.contains("took "), "{}", out.stdout);
 }
 
 on_both_backends!(a_redriven_run_runs_its_failed_steps_again_and_nothing_that_succeeded);

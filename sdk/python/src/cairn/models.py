@@ -110,6 +110,13 @@ class Step(_Model):
     available_at_ms: Optional[int] = None
     #: The last checkpoint saved (plain JSON).
     checkpoint: Any = None
+    #: Its args as the run holds them (the plan's, or an operator's repair), placeholders unresolved.
+    args: Any = None
+    #: How many times an operator repaired its args (0: the plan's).
+    args_revision: int = 0
+    #: When its current (or last) attempt started, and when it became final, ms since the epoch.
+    started_at_ms: Optional[int] = None
+    finished_at_ms: Optional[int] = None
 
     @property
     def finished(self) -> bool:
@@ -136,6 +143,8 @@ class Run(_Model):
     finished_at_ms: Optional[int] = None
     #: The run this one reran from a step (:meth:`cairn.Client.rerun`), if any.
     rerun_of: Optional[str] = None
+    #: The run's input (``get``/``submit``/``wait`` only).
+    input: Any = None
     steps: list[Step] = []
 
     @property
