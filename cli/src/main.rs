@@ -18,6 +18,7 @@ mod client;
 mod command;
 mod demo;
 mod embedded;
+mod exit;
 mod settings;
 mod signal;
 
@@ -62,8 +63,8 @@ enum Command {
     Runs(command::runs::ListArgs),
     /// Show a run: steps, attempts, failure records, timers.
     Show(command::runs::RunArgs),
-    /// Print a run's event history.
-    Logs(command::runs::RunArgs),
+    /// Print a run's event history (`--follow`: as it happens, until the run finishes).
+    Logs(command::runs::LogsArgs),
     /// Follow a run until it finishes, as `cairn run` does (exit code: 0 succeeded, 1 failed, 3 cancelled).
     Watch(command::runs::RunArgs),
     /// Cancel a run (open steps, pending retries and timers).
@@ -106,7 +107,7 @@ fn main() -> ExitCode {
         Ok(guard) => guard,
         Err(err) => {
             eprintln!("error: {err:#}");
-            return ExitCode::from(2);
+            return exit::code(exit::ERROR);
         }
     };
     let outcome = match &cli.command {
@@ -118,7 +119,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::from(2)
+            exit::code(exit::ERROR)
         }
     }
 }

@@ -70,7 +70,7 @@ async fn follow(client: &Client, args: &Args, plan: Value) -> anyhow::Result<Exi
     let (status, run) = client.call(reqwest::Method::POST, "/v1/runs", Some(&body)).await?;
     if status.as_u16() == 422 {
         print_diagnostics(&run);
-        return Ok(ExitCode::from(1));
+        return Ok(crate::exit::code(crate::exit::INVALID_PLAN));
     }
     if !status.is_success() {
         anyhow::bail!("{status}: {}", run.get("message").and_then(Value::as_str).unwrap_or("submit failed"));

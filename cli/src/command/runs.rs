@@ -10,6 +10,7 @@ use cairn_core::document::{self, Format};
 use serde_json::{Value, json};
 
 use crate::client::Client;
+use crate::exit;
 use crate::settings::Settings;
 
 /// Reads a plan file (JSON or YAML; `-` for stdin) strictly (duplicate keys refused).
@@ -43,9 +44,9 @@ pub fn submit_body(plan: Value, input: Option<&str>, key: Option<&str>) -> anyho
 /// Exit code for a final run status: 0 succeeded, 1 failed, 3 cancelled.
 pub fn exit_code(status: &str) -> ExitCode {
     match status {
-        "succeeded" => ExitCode::SUCCESS,
-        "cancelled" => ExitCode::from(3),
-        _ => ExitCode::from(1),
+        "succeeded" => exit::code(exit::OK),
+        "cancelled" => exit::code(exit::RUN_CANCELLED),
+        _ => exit::code(exit::RUN_FAILED),
     }
 }
 
@@ -167,7 +168,7 @@ pub async fn submit(args: &SubmitArgs, settings: &Settings) -> anyhow::Result<Ex
     let (status, run) = client.call(reqwest::Method::POST, "/v1/runs", Some(&body)).await?;
     if status.as_u16() == 422 {
         print_diagnostics(&run);
-        return Ok(ExitCode::from(1));
+        return Ok(exit::code(exit::INVALID_PLAN));
     }
     anyhow::ensure!(status.is_success(), "{status}: {}", run["message"].as_str().unwrap_or("submit failed"));
     if args.target.json {
@@ -267,27 +268,70 @@ pub async fn show(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-/// `cairn logs RUN`: the event history.
-pub async fn logs(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
-    let answer = args.target.client(settings)?.get(&format!("/v1/runs/{}/events", args.run)).await?;
+/// Arguments of `cairn logs`.
+#[derive(Debug, clap::Args)]
+pub struct LogsArgs {
+    /// Run id.
+    run: String,
+    /// Keep printing events as they happen until the run finishes (one JSON event per line with `--json`).
+    #[arg(long, short)]
+    follow: bool,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `cairn logs RUN [--follow]`: the event history.
+pub async fn logs(args: &LogsArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let client = args.target.client(settings)?;
+    if args.follow {
+        return follow_logs(&client, args).await;
+    }
+    let answer = client.get(&format!("/v1/runs/{}/events", args.run)).await?;
     if args.target.json {
         out!("{}", serde_json::to_string_pretty(&answer["events"])?);
         return Ok(ExitCode::SUCCESS);
     }
     for e in answer["events"].as_array().into_iter().flatten() {
-        let at = e["at_ms"]
-            .as_i64()
-            .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-            .map(|t| t.to_string())
-            .unwrap_or_default();
-        out!(
-            "{at}  {:<24} {:<16} {}",
-            e["kind"].as_str().unwrap_or("?"),
-            e["step_id"].as_str().unwrap_or("-"),
-            e["data"]
-        );
+        print_event(e);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints events after the last one seen until the run has finished and nothing is left; the exit code is the
+/// run's.
+async fn follow_logs(client: &Client, args: &LogsArgs) -> anyhow::Result<ExitCode> {
+    let mut after = 0;
+    loop {
+        // The run's status first: events written before it finished are then all in the read that follows.
+        let run = client.get(&format!("/v1/runs/{}?view=summary", args.run)).await?;
+        let answer = client.get(&format!("/v1/runs/{}/events?after={after}", args.run)).await?;
+        let events = answer["events"].as_array().cloned().unwrap_or_default();
+        for e in &events {
+            after = after.max(e["id"].as_i64().unwrap_or(after));
+            if args.target.json {
+                out!("{e}");
+            } else {
+                print_event(e);
+            }
+        }
+        let status = run["status"].as_str().unwrap_or("");
+        if events.is_empty() && matches!(status, "succeeded" | "failed" | "cancelled") {
+            return Ok(exit_code(status));
+        }
+        if events.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// One event as a line: its time (milliseconds, fixed width), kind, step and data.
+fn print_event(e: &Value) {
+    let at = e["at_ms"]
+        .as_i64()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map(|t| format!("{t:.3}"))
+        .unwrap_or_default();
+    out!("{at}  {:<24} {:<16} {}", e["kind"].as_str().unwrap_or("?"), e["step_id"].as_str().unwrap_or("-"), e["data"]);
 }
 
 /// `cairn cancel RUN`: exit 0 when cancelled.

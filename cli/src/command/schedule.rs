@@ -168,11 +168,11 @@ async fn create(a: &CreateArgs, settings: &Settings) -> anyhow::Result<ExitCode>
     let (status, answer) = a.target.client(settings)?.call(reqwest::Method::POST, "/v1/schedules", Some(&body)).await?;
     if status.as_u16() == 422 && answer["code"] == "invalid_plan" {
         super::runs::print_diagnostics(&answer);
-        return Ok(ExitCode::from(1));
+        return Ok(crate::exit::code(crate::exit::INVALID_PLAN));
     }
     if !status.is_success() {
         eprintln!("error: {status}: {}", answer["message"].as_str().unwrap_or("create failed"));
-        return Ok(ExitCode::from(1));
+        return Ok(crate::exit::code(crate::exit::ERROR));
     }
     print_one(&answer, a.target.json)?;
     Ok(ExitCode::SUCCESS)

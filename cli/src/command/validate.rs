@@ -73,7 +73,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    Ok(if all_valid { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(crate::exit::code(if all_valid { crate::exit::OK } else { crate::exit::NOT_VALID }))
 }
 
 /// The actions to validate against: the built-ins, or a server's or a file's catalog.

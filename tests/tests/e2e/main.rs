@@ -67,6 +67,9 @@ mod observability_otlp_grpc;
 // Repairing a run: retrying failed steps, with repaired args.
 mod repair_retry;
 
+// The CLI's exit codes and `cairn logs --follow`.
+mod cli_exit_codes;
+
 // Signals that stop `cairn serve` and `cairn dev`.
 mod shutdown_signals;
 
