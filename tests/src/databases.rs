@@ -6,6 +6,10 @@
 //! functions' files), and each test's database (`cairn_t_<pid>_<uuid>`) is `CREATE DATABASE … TEMPLATE` of it.
 //! Opening the store on a clone then finds every migration applied. A change to a migration or a function file
 //! changes the hash, so the next test builds a new template and drops the old ones.
+//!
+//! The harness's apps and orchestrators own their database as a [`Dropped`] guard, which drops it (PostgreSQL)
+//! or removes its file (SQLite) when they end, pass or fail. What a killed test process leaves behind is swept
+//! by the next one: the databases and directories of processes that are gone.
 
 use std::path::{Path, PathBuf};
 
@@ -179,4 +183,39 @@ async fn ensure_template(admin: &mut PgConnection, base: &str, template: &str) {
             .unwrap();
     }
     sqlx::query("SELECT pg_advisory_unlock($1)").bind(TEMPLATE_LOCK).execute(&mut *admin).await.unwrap();
+}
+
+/// Drops the database at its URL when it goes out of scope: a PostgreSQL `cairn_t_*` database is dropped (on a
+/// thread of its own, waited for, bounded in time), a SQLite file removed with its WAL and shared-memory files.
+#[derive(Debug)]
+pub struct Dropped(pub String);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        let url = self.0.clone();
+        if let Some(path) = url.strip_prefix("sqlite:") {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{path}{suffix}"));
+            }
+            return;
+        }
+        let Some((_, name)) = url.rsplit_once('/') else { return };
+        if !name.starts_with("cairn_t_") {
+            return;
+        }
+        let (Ok(base), name) = (std::env::var("DATABASE_URL"), name.to_owned()) else { return };
+        let dropping = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            runtime.block_on(async {
+                let work = async {
+                    if let Ok(mut admin) = PgConnection::connect(&base).await {
+                        drop_database(&mut admin, &name).await;
+                        let _ = admin.close().await;
+                    }
+                };
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(20), work).await;
+            });
+        });
+        let _ = dropping.join();
+    }
 }

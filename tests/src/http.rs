@@ -122,6 +122,8 @@ pub struct HttpApp {
     pub db_url: String,
     token: Option<String>,
     client: reqwest::Client,
+    /// Drops the database when the app ends (after the server: fields drop in order).
+    database: Option<crate::Dropped>,
 }
 
 impl HttpApp {
@@ -132,7 +134,10 @@ impl HttpApp {
 
     /// Starts an orchestrator with `options`.
     pub async fn start_with(backend: Backend, clock: Arc<ManualClock>, options: HttpAppOptions) -> HttpApp {
-        Self::start_on(database_url(backend).await, clock, options).await
+        let url = database_url(backend).await;
+        let mut app = Self::start_on(url.clone(), clock, options).await;
+        app.database = Some(crate::Dropped(url));
+        app
     }
 
     /// Stops this orchestrator (gracefully) and starts another on the same database and clock, with the default
@@ -142,7 +147,9 @@ impl HttpApp {
             server.shutdown().await;
         }
         let options = HttpAppOptions { token: self.token.clone(), ..HttpAppOptions::default() };
-        Self::start_on(self.db_url.clone(), self.clock.clone(), options).await
+        let mut app = Self::start_on(self.db_url.clone(), self.clock.clone(), options).await;
+        app.database = self.database.take();
+        app
     }
 
     async fn start_on(db_url: String, clock: Arc<ManualClock>, options: HttpAppOptions) -> HttpApp {
@@ -176,6 +183,7 @@ impl HttpApp {
             db_url,
             token: options.token,
             client,
+            database: None,
         }
     }
 

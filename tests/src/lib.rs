@@ -38,7 +38,7 @@ use cairn_store::{RunSummary, StepSummary, Store};
 use jiff::Timestamp;
 use serde_json::Value;
 
-pub use databases::{postgres_url, sqlite_url, template_name};
+pub use databases::{Dropped, postgres_url, sqlite_url, template_name};
 pub use worker::{Outcome, TestWorker};
 
 /// Which database a test runs on.
@@ -88,6 +88,8 @@ pub struct TestApp {
     pub url: String,
     /// Engine settings used (kept across restarts).
     pub config: EngineConfig,
+    /// Drops the database when the app ends.
+    pub database: Arc<Dropped>,
 }
 
 impl TestApp {
@@ -104,15 +106,16 @@ impl TestApp {
         };
         let clock = Arc::new(ManualClock::new(start.parse::<Timestamp>().unwrap()));
         let engine = start_engine(&url, clock.clone(), config.clone()).await;
-        TestApp { engine, clock, url, config }
+        let database = Arc::new(Dropped(url.clone()));
+        TestApp { engine, clock, url, config, database }
     }
 
     /// Drops this engine and starts a new one over the same database and clock (an orchestrator restart).
     pub async fn restart(self) -> TestApp {
-        let TestApp { engine, clock, url, config } = self;
+        let TestApp { engine, clock, url, config, database } = self;
         drop(engine);
         let engine = start_engine(&url, clock.clone(), config.clone()).await;
-        TestApp { engine, clock, url, config }
+        TestApp { engine, clock, url, config, database }
     }
 
     /// The store.

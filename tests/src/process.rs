@@ -187,6 +187,8 @@ pub struct Orchestrator {
     process: Option<Proc>,
     starts: usize,
     client: reqwest::Client,
+    /// Drops the database when the orchestrator ends (after its process: fields drop in order).
+    database: Option<crate::Dropped>,
 }
 
 impl Orchestrator {
@@ -197,7 +199,9 @@ impl Orchestrator {
             Backend::Sqlite => format!("sqlite:{}", dir.join("cairn.db").display()),
             Backend::Postgres => database_url(backend).await,
         };
-        Self::start_on(db_url, dir, lease_ttl_ms).await
+        let mut orchestrator = Self::start_on(db_url.clone(), dir, lease_ttl_ms).await;
+        orchestrator.database = Some(crate::Dropped(db_url));
+        orchestrator
     }
 
     /// As [`Orchestrator::start`], on the database at `db_url` (for example a PostgreSQL database reached
@@ -223,6 +227,7 @@ impl Orchestrator {
             process: None,
             starts: 0,
             client,
+            database: None,
         };
         orchestrator.spawn().await;
         orchestrator

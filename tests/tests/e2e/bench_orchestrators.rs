@@ -14,6 +14,7 @@ use serde_json::Value;
 async fn chain_runs_across_two_orchestrators_on_postgresql() {
     let dir = TempDir::new();
     let db = postgres_url().await;
+    let _database = cairn_tests::Dropped(db.clone());
 
     let out = cairn(
         dir.path(),

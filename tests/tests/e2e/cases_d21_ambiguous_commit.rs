@@ -64,7 +64,8 @@ async fn engine_behind_proxy(marker: &'static [u8]) -> (TestApp, Arc<AtomicBool>
     let clock = Arc::new(ManualClock::new(START.parse::<Timestamp>().unwrap()));
     let config = EngineConfig::default();
     let engine = Engine::start(store, clock.clone(), Arc::new(StaticCatalog::builtin()), config.clone()).await.unwrap();
-    (TestApp { engine, clock, url, config }, armed)
+    let database = Arc::new(cairn_tests::Dropped(direct));
+    (TestApp { engine, clock, url, config, database }, armed)
 }
 
 fn assert_lost(armed: &AtomicBool, what: &str) {

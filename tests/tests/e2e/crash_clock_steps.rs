@@ -21,20 +21,22 @@ use serde_json::json;
 
 const START: &str = "2027-03-14T12:00:00Z";
 
-async fn engine_over(backend: Backend, host: Arc<ManualClock>) -> Engine {
+/// An engine over a fresh database, with the guard that drops the database when the test ends.
+async fn engine_over(backend: Backend, host: Arc<ManualClock>) -> (Engine, cairn_tests::Dropped) {
     let url = cairn_tests::http::database_url(backend).await;
+    let database = cairn_tests::Dropped(url.clone());
     let store = Store::connect(&url).await.unwrap();
     let clock: Arc<dyn Clock> = Arc::new(SteadyClock::new(host));
     let config =
         EngineConfig { lease_ttl: Duration::from_secs(2), startup_grace: Duration::ZERO, ..EngineConfig::default() };
-    Engine::start(store, clock, Arc::new(StaticCatalog::builtin()), config).await.unwrap()
+    (Engine::start(store, clock, Arc::new(StaticCatalog::builtin()), config).await.unwrap(), database)
 }
 
 on_both_backends!(an_hour_step_of_the_host_clock_either_way_leaves_a_healthy_attempt_alone);
 async fn an_hour_step_of_the_host_clock_either_way_leaves_a_healthy_attempt_alone(backend: Backend) {
     for step_hours in [1, -1] {
         let host = Arc::new(ManualClock::new(START.parse().unwrap()));
-        let engine = engine_over(backend, host.clone()).await;
+        let (engine, _database) = engine_over(backend, host.clone()).await;
         let plan = json!({"steps": [{"id": "a", "action": "noop", "args": {}, "timeout_ms": 60_000}]});
         let run = engine.submit(&SubmitRequest { plan, input: None, idempotency_key: None }).await.unwrap();
         let lease = engine.claim("w1", &["noop".to_owned()], 1).await.unwrap().remove(0).lease;

@@ -28,6 +28,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 async fn leases_that_expired_while_the_store_was_silent_get_one_more_ttl() {
     let dir = TempDir::new();
     let url = cairn_tests::postgres_url().await;
+    let _database = cairn_tests::Dropped(url.clone());
     let (prefix, database) = url.rsplit_once('/').unwrap();
     let server: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
     assert!(prefix.contains("127.0.0.1:5432") || prefix.contains("localhost"), "the test's server: {prefix}");

@@ -11,6 +11,7 @@ use sqlx::{Connection, PgConnection};
 #[cfg_attr(not(cairn_pg), ignore = "DATABASE_URL is not set: the template database is PostgreSQL's")]
 async fn a_fresh_database_is_cloned_from_the_template_with_every_migration_already_applied() {
     let url = cairn_tests::postgres_url().await;
+    let _database = cairn_tests::Dropped(url.clone());
     let mut clone = PgConnection::connect(&url).await.unwrap();
 
     let applied: Vec<(i64, Vec<u8>)> =
