@@ -223,6 +223,13 @@ pub async fn list(args: &ListArgs, settings: &Settings) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
+/// Adds the operator's `reason` to a decision's body, when there is one.
+fn with_reason(body: &mut Value, reason: Option<&str>) {
+    if let Some(reason) = reason {
+        body["reason"] = json!(reason);
+    }
+}
+
 /// `value` as compact JSON, cut to 160 characters.
 fn clipped(value: &Value) -> String {
     let text = value.to_string();
@@ -384,9 +391,7 @@ pub async fn retry(args: &RetryArgs, settings: &Settings) -> anyhow::Result<Exit
             None => document::parse(text, Format::Json).map_err(|f| anyhow::anyhow!("--args: {}", f.message))?,
         };
     }
-    if let Some(reason) = &args.reason {
-        body["reason"] = json!(reason);
-    }
+    with_reason(&mut body, args.reason.as_deref());
     step_verb("retry", &args.step, body, settings).await
 }
 
@@ -409,9 +414,7 @@ pub struct RunDecisionArgs {
 /// again; a pause stops new attempts of a run until it is resumed.
 pub async fn run_decision(verb: &str, args: &RunDecisionArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let mut body = json!({"by": args.by});
-    if let Some(reason) = &args.reason {
-        body["reason"] = json!(reason);
-    }
+    with_reason(&mut body, args.reason.as_deref());
     let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:{verb}", args.run), Some(&body)).await?;
     out!("run {}: {}", args.run, run["status"].as_str().unwrap_or("?"));
     Ok(ExitCode::SUCCESS)
@@ -438,9 +441,7 @@ pub struct RerunArgs {
 /// `cairn rerun RUN --from STEP`: prints the new run's id.
 pub async fn rerun(args: &RerunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let mut body = json!({"from": args.from, "by": args.by});
-    if let Some(reason) = &args.reason {
-        body["reason"] = json!(reason);
-    }
+    with_reason(&mut body, args.reason.as_deref());
     let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:rerun", args.run), Some(&body)).await?;
     if args.target.json {
         out!("{}", serde_json::to_string(&run)?);

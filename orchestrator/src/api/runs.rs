@@ -129,35 +129,21 @@ pub(super) async fn run_action(
     let (id, verb) = split_verb(&id_verb)?;
     match verb {
         "cancel" => {}
-        "redrive" => {
-            let decision: DecisionBody = decision_body(&body)?;
-            if decision.args.is_some() {
-                return Err(ApiError::bad_request("`args` apply to a step's retry, not to a redrive"));
-            }
-            let by = decision.by.unwrap_or_else(|| "api".into());
-            cairn_core::text::OPERATOR_NOTE.check(&by)?;
-            if let Some(reason) = &decision.reason {
-                cairn_core::text::OPERATOR_NOTE.check(reason)?;
-            }
-            state.engine.redrive_run(id, &by, decision.reason.as_deref()).await?;
-            let view = run_view(&state.engine, id).await?.ok_or_else(|| ApiError::not_found("run"))?;
-            return Ok(Json(view).into_response());
-        }
-        "rerun" => return rerun(&state, id, decision_body(&body)?).await,
-        "pause" | "resume" => {
+        "redrive" | "pause" | "resume" => {
             let decision: DecisionBody = decision_body(&body)?;
             if decision.args.is_some() {
                 return Err(ApiError::bad_request(format!("`args` apply to a step's retry, not to {verb}")));
             }
-            let by = decision.by.unwrap_or_else(|| "api".into());
-            cairn_core::text::OPERATOR_NOTE.check(&by)?;
-            if let Some(reason) = &decision.reason {
-                cairn_core::text::OPERATOR_NOTE.check(reason)?;
+            let by = actor(decision.by, decision.reason.as_deref())?;
+            let reason = decision.reason.as_deref();
+            match verb {
+                "redrive" => state.engine.redrive_run(id, &by, reason).await.map(drop)?,
+                _ => state.engine.pause_run(id, verb == "pause", &by, reason).await?,
             }
-            state.engine.pause_run(id, verb == "pause", &by, decision.reason.as_deref()).await?;
             let view = run_view(&state.engine, id).await?.ok_or_else(|| ApiError::not_found("run"))?;
             return Ok(Json(view).into_response());
         }
+        "rerun" => return rerun(&state, id, decision_body(&body)?).await,
         _ => return Err(ApiError::not_found("route")),
     }
     if state.engine.store().run(id).await?.is_none() {
@@ -188,11 +174,7 @@ pub(super) struct RerunBody {
 /// `POST /v1/runs/{id}:rerun`: 201 with the new run.
 async fn rerun(state: &AppState, id: &str, body: RerunBody) -> Result<Response, ApiError> {
     let from = body.from.ok_or_else(|| ApiError::bad_request("`from` names the step to rerun from"))?;
-    let by = body.by.unwrap_or_else(|| "api".into());
-    cairn_core::text::OPERATOR_NOTE.check(&by)?;
-    if let Some(reason) = &body.reason {
-        cairn_core::text::OPERATOR_NOTE.check(reason)?;
-    }
+    let by = actor(body.by, body.reason.as_deref())?;
     let new = state.engine.rerun_run(id, &from, &by, body.reason.as_deref()).await?;
     let view = run_view(&state.engine, &new).await?.ok_or_else(|| ApiError::not_found("run"))?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
@@ -212,6 +194,16 @@ pub(super) struct DecisionBody {
     /// references.
     #[serde(default)]
     args: Option<Value>,
+}
+
+/// Who decided (`api` when the body does not say), with `by` and `reason` checked as operator notes.
+fn actor(by: Option<String>, reason: Option<&str>) -> Result<String, ApiError> {
+    let by = by.unwrap_or_else(|| "api".into());
+    cairn_core::text::OPERATOR_NOTE.check(&by)?;
+    if let Some(reason) = reason {
+        cairn_core::text::OPERATOR_NOTE.check(reason)?;
+    }
+    Ok(by)
 }
 
 /// The optional body of a decision: `{"by": "alice"}` records who decided.
@@ -241,11 +233,7 @@ pub(super) async fn step_action(
         _ => return Err(ApiError::not_found("route")),
     };
     let decision: DecisionBody = decision_body(&body)?;
-    let by = decision.by.unwrap_or_else(|| "api".into());
-    cairn_core::text::OPERATOR_NOTE.check(&by)?;
-    if let Some(reason) = &decision.reason {
-        cairn_core::text::OPERATOR_NOTE.check(reason)?;
-    }
+    let by = actor(decision.by.clone(), decision.reason.as_deref())?;
     if action == OperatorAction::Retry {
         let retry = RetryRequest {
             run_id: &id,
