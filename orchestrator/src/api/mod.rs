@@ -16,6 +16,7 @@
 //! the server's: [`crate::http_server`].
 
 mod body;
+mod bulk;
 mod deadline;
 pub mod error;
 mod events;
@@ -24,6 +25,7 @@ mod metrics;
 mod openapi;
 mod openapi_schemas;
 mod plans;
+mod run_query;
 mod runs;
 mod schedules;
 mod trace;
@@ -95,6 +97,9 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
         .route("/v1/plans:validate", post(runs::validate))
         .route("/v1/plans:draft", post(plans::draft))
         .route("/v1/runs", post(runs::submit).get(runs::list))
+        .route("/v1/runs:cancel", post(bulk::cancel))
+        .route("/v1/runs:redrive", post(bulk::redrive))
+        .route("/v1/runs:retry-failed", post(bulk::retry_failed))
         .route("/v1/runs/{id}", get(runs::show).post(runs::run_action))
         .route("/v1/runs/{id}/events", get(events::events))
         .route("/v1/runs/{id}/steps/{step}", post(runs::step_action))
