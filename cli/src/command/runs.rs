@@ -79,6 +79,14 @@ pub fn print_diagnostics(answer: &Value) {
 /// Prints a finished (or current) run: status, root cause, then each step with attempts and failure records.
 pub fn print_summary(run: &Value) {
     out!("run {}: {}", run["id"].as_str().unwrap_or("?"), run["status"].as_str().unwrap_or("?"));
+    if let Some(goal) = run["goal"].as_str() {
+        out!("  goal {goal}");
+    }
+    if let Some(labels) = run["labels"].as_object().filter(|l| !l.is_empty()) {
+        let pairs: Vec<String> =
+            labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect();
+        out!("  labels {}", pairs.join(" "));
+    }
     if let Some(old) = run["rerun_of"].as_str() {
         out!("  rerun of {old}");
     }
@@ -317,11 +325,20 @@ fn print_event(e: &Value) {
     out!("{at}  {:<24} {:<16} {}", e["kind"].as_str().unwrap_or("?"), e["step_id"].as_str().unwrap_or("-"), e["data"]);
 }
 
+/// The run a decision answered: as JSON with `--json`, else its id and status.
+fn print_decided(target: &Target, run_id: &str, run: &Value) -> anyhow::Result<ExitCode> {
+    if target.json {
+        out!("{}", serde_json::to_string_pretty(run)?);
+    } else {
+        out!("run {run_id}: {}", run["status"].as_str().unwrap_or("?"));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `cairn cancel RUN`: exit 0 when cancelled.
 pub async fn cancel(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:cancel", args.run), None).await?;
-    out!("run {}: {}", args.run, run["status"].as_str().unwrap_or("?"));
-    Ok(ExitCode::SUCCESS)
+    print_decided(&args.target, &args.run, &run)
 }
 
 /// Arguments naming one step.
@@ -392,8 +409,7 @@ pub async fn run_decision(verb: &str, args: &RunDecisionArgs, settings: &Setting
     let mut body = json!({"by": args.by});
     with_reason(&mut body, args.reason.as_deref());
     let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:{verb}", args.run), Some(&body)).await?;
-    out!("run {}: {}", args.run, run["status"].as_str().unwrap_or("?"));
-    Ok(ExitCode::SUCCESS)
+    print_decided(&args.target, &args.run, &run)
 }
 
 /// Arguments of `cairn rerun`.
@@ -430,6 +446,10 @@ pub async fn rerun(args: &RerunArgs, settings: &Settings) -> anyhow::Result<Exit
 async fn step_verb(verb: &str, args: &StepArgs, body: Value, settings: &Settings) -> anyhow::Result<ExitCode> {
     let path = format!("/v1/runs/{}/steps/{}:{verb}", args.run, args.step);
     let run = args.target.client(settings)?.post(&path, Some(&body)).await?;
+    if args.target.json {
+        out!("{}", serde_json::to_string_pretty(&run)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let step = run["steps"].as_array().into_iter().flatten().find(|s| s["id"] == args.step.as_str());
     out!("step {}: {}", args.step, step.and_then(|s| s["status"].as_str()).unwrap_or("?"));
     Ok(ExitCode::SUCCESS)

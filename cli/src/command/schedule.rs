@@ -126,7 +126,15 @@ pub async fn run(args: &Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         }
         Command::Trigger(a) => {
             let started = a.target.client(settings)?.post(&format!("/v1/schedules/{}:trigger", a.id), None).await?;
+            if a.target.json {
+                out!("{}", serde_json::to_string_pretty(&started)?);
+                return Ok(ExitCode::SUCCESS);
+            }
             out!("run {} started", started["run_id"].as_str().unwrap_or("?"));
+            // overlap: cancel_previous cancels the schedule's open runs first.
+            for cancelled in started["cancelled"].as_array().into_iter().flatten() {
+                out!("run {} cancelled (overlap: cancel_previous)", cancelled.as_str().unwrap_or("?"));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Delete(a) => {

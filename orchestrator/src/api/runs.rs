@@ -266,27 +266,25 @@ pub(super) async fn step_action(
                 ));
             }
             cairn_store::ApprovalOutcome::WrongState => {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "wrong_state",
-                    format!("step `{step}` of run `{id}` is not waiting_approval (or does not exist)"),
-                ));
+                let conflict = format!("step `{step}` of run `{id}` is not waiting_approval");
+                return Err(refusal(&state, &id, step, conflict).await);
             }
         }
     } else if !state.engine.operate(&id, step, action, &by).await? {
-        let expected = if matches!(action, OperatorAction::Approve | OperatorAction::Reject) {
-            "waiting_approval"
-        } else {
-            "outcome_unknown"
-        };
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "wrong_state",
-            format!("step `{step}` of run `{id}` is not {expected} (or does not exist)"),
-        ));
+        return Err(refusal(&state, &id, step, format!("step `{step}` of run `{id}` is not outcome_unknown")).await);
     }
     let view = run_view(&state.engine, &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
     Ok(Json(view).into_response())
+}
+
+/// A refused step decision: 404 when the run or the step does not exist, else 409 `wrong_state` saying why.
+async fn refusal(state: &AppState, run_id: &str, step_id: &str, conflict: String) -> ApiError {
+    match state.engine.store().steps(run_id).await {
+        Ok(steps) if steps.is_empty() => ApiError::not_found("run"),
+        Ok(steps) if !steps.iter().any(|s| s.id == step_id) => ApiError::not_found("step"),
+        Ok(_) => ApiError::new(StatusCode::CONFLICT, "wrong_state", conflict),
+        Err(e) => e.into(),
+    }
 }
 
 /// `GET /v1/actions`: every action the validator accepts, with schemas and effects, and, for each, the workers

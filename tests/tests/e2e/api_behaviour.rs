@@ -168,8 +168,12 @@ async fn a_decision_on_a_step_in_the_wrong_state_conflicts() {
     }
     let (status, body) = app.post(&format!("/v1/runs/{run_id}/steps/a:retry"), &json!({})).await;
     assert_eq!(status, 409, "retry on a step that is not outcome_unknown conflicts: {body:#}");
-    let (status, body) = app.post(&format!("/v1/runs/{run_id}/steps/nope:approve"), &json!({})).await;
-    assert_eq!(status, 409, "a step that does not exist cannot be approved: {body:#}");
+    for verb in ["approve", "skip", "fail"] {
+        let (status, body) = app.post(&format!("/v1/runs/{run_id}/steps/nope:{verb}"), &json!({})).await;
+        assert_eq!((status, body["message"].clone()), (404, json!("step not found")), "{verb}: no such step: {body:#}");
+    }
+    let (status, body) = app.post("/v1/runs/01000000-0000-7000-8000-000000000000/steps/a:skip", &json!({})).await;
+    assert_eq!((status, body["message"].clone()), (404, json!("run not found")), "no such run: {body:#}");
 
     TestWorker::new("w").echo("noop").run_until_idle(app.engine()).await;
     let run = app.run(&run_id).await;
