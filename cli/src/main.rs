@@ -100,7 +100,7 @@ enum Command {
     /// Run a worker process serving the built-in actions to an orchestrator (until SIGTERM or ctrl-c).
     Worker(command::worker::Args),
     /// Benchmark: real orchestrator and worker processes over gRPC (`chain`, `fanout`, `throughput`, `timers`,
-    /// `dispatch`, `memory`, `validate`, `all`).
+    /// `dispatch`, `memory`, `validate`, `all`; `search`: the run filters over 100,000 runs).
     Bench(command::bench::Args),
 }
 
