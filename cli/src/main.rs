@@ -81,9 +81,9 @@ enum Command {
     /// optionally with repaired args.
     Retry(command::runs::RetryArgs),
     /// Skip a step in `outcome_unknown`.
-    Skip(command::runs::StepArgs),
+    Skip(command::runs::ParkedArgs),
     /// Fail a step in `outcome_unknown`.
-    Fail(command::runs::StepArgs),
+    Fail(command::runs::ParkedArgs),
     /// Run every failed and cancelled step of a failed or cancelled run again (succeeded steps keep their outputs).
     Redrive(command::runs::RunDecisionArgs),
     /// Pause a run: no new attempt starts (running ones finish) until it is resumed.
@@ -148,8 +148,8 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Approve(args) => command::runs::decide("approve", args, &settings).await,
             Command::Reject(args) => command::runs::decide("reject", args, &settings).await,
             Command::Retry(args) => command::runs::retry(args, &settings).await,
-            Command::Skip(args) => command::runs::decide("skip", args, &settings).await,
-            Command::Fail(args) => command::runs::decide("fail", args, &settings).await,
+            Command::Skip(args) => command::runs::decide_parked("skip", args, &settings).await,
+            Command::Fail(args) => command::runs::decide_parked("fail", args, &settings).await,
             Command::Redrive(args) => command::runs::run_decision("redrive", args, &settings).await,
             Command::Pause(args) => command::runs::run_decision("pause", args, &settings).await,
             Command::Resume(args) => command::runs::run_decision("resume", args, &settings).await,

@@ -332,7 +332,8 @@ impl Store {
         in_tx!(self, |tx, events| flow::control::cancel_run(&mut tx, run_id, now_ms, &mut events).await?)
     }
 
-    /// Applies an operator or approval decision; false when the step is not in the state it applies to.
+    /// Applies an operator or approval decision; false when the step is not in the state it applies to. `reason`
+    /// is recorded with `actor` in the history of a parked step's decision (`retry`, `skip`, `fail`).
     ///
     /// # Errors
     /// [`StoreError::Database`] (retryable).
@@ -342,9 +343,11 @@ impl Store {
         step_id: &str,
         action: OperatorAction,
         actor: &str,
+        reason: Option<&str>,
         now_ms: i64,
     ) -> StoreResult<bool> {
-        let decision = flow::control::StepDecision { run_id, step_id, action, actor, note: None };
+        let note = reason.map(|reason| serde_json::json!({"by": actor, "reason": reason}));
+        let decision = flow::control::StepDecision { run_id, step_id, action, actor, note: note.as_ref() };
         in_tx!(self, |tx, events| flow::control::operate(&mut tx, &decision, now_ms, &mut events).await?)
     }
 }

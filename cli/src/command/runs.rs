@@ -355,9 +355,26 @@ pub struct StepArgs {
     target: Target,
 }
 
-/// `cairn approve|reject|skip|fail RUN STEP`.
+/// `cairn approve|reject RUN STEP`.
 pub async fn decide(verb: &str, args: &StepArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     step_verb(verb, args, json!({"by": args.by}), settings).await
+}
+
+/// Arguments of `cairn skip` and `cairn fail`.
+#[derive(clap::Args, Debug)]
+pub struct ParkedArgs {
+    #[command(flatten)]
+    step: StepArgs,
+    /// Why (recorded in the history).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+/// `cairn skip|fail RUN STEP [--reason …]`: decides a step in `outcome_unknown`.
+pub async fn decide_parked(verb: &str, args: &ParkedArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let mut body = json!({"by": args.step.by});
+    with_reason(&mut body, args.reason.as_deref());
+    step_verb(verb, &args.step, body, settings).await
 }
 
 /// Arguments of `cairn retry`.

@@ -182,9 +182,9 @@ fn operations() -> Vec<(&'static str, &'static str, Op)> {
             .answers("409", error("wrong_state: not failed or outcome_unknown, or the run was cancelled"))
             .answers("422", error("invalid_args (details.diagnostics) or invalid_request"))),
         ("/v1/runs/{id}/steps/{step}:skip", "post", Op::new("skipStep", "skip an outcome_unknown step")
-            .body("Actor", false).answers("200", run()).answers("400", error("`args` or `reason` given: they apply to a retry")).answers("404", error("no such run or step")).answers("409", error("wrong_state")).answers("422", error(invalid))),
+            .body("Decision", false).answers("200", run()).answers("400", error("`args` given: they apply to a retry")).answers("404", error("no such run or step")).answers("409", error("wrong_state")).answers("422", error(invalid))),
         ("/v1/runs/{id}/steps/{step}:fail", "post", Op::new("failStep", "fail an outcome_unknown step")
-            .body("Actor", false).answers("200", run()).answers("400", error("`args` or `reason` given: they apply to a retry")).answers("404", error("no such run or step")).answers("409", error("wrong_state")).answers("422", error(invalid))),
+            .body("Decision", false).answers("200", run()).answers("400", error("`args` given: they apply to a retry")).answers("404", error("no such run or step")).answers("409", error("wrong_state")).answers("422", error(invalid))),
         ("/v1/actions", "get", Op::new("listActions", "the actions the validator accepts, with schemas, effects and workers")
             .answers("200", answer("{actions}", schema("ActionList")))),
         ("/v1/schedules", "post", Op::new("createSchedule", "create a cron schedule")

@@ -250,8 +250,11 @@ pub(super) async fn step_action(
         let view = run_view(&state.engine, &id).await?.ok_or_else(|| ApiError::not_found("run"))?;
         return Ok(Json(view).into_response());
     }
-    if decision.args.is_some() || decision.reason.is_some() {
-        return Err(ApiError::bad_request(format!("`args` and `reason` apply to retry only, not to {verb}")));
+    if decision.args.is_some() {
+        return Err(ApiError::bad_request(format!("`args` apply to retry only, not to {verb}")));
+    }
+    if decision.reason.is_some() && matches!(action, OperatorAction::Approve | OperatorAction::Reject) {
+        return Err(ApiError::bad_request(format!("`reason` applies to retry, skip and fail, not to {verb}")));
     }
     if matches!(action, OperatorAction::Approve | OperatorAction::Reject) {
         // Approvals check the approval deadline (contract §10, "Waiting"): a decision after it is refused.
@@ -270,7 +273,7 @@ pub(super) async fn step_action(
                 return Err(refusal(&state, &id, step, conflict).await);
             }
         }
-    } else if !state.engine.operate(&id, step, action, &by).await? {
+    } else if !state.engine.operate(&id, step, action, &by, decision.reason.as_deref()).await? {
         return Err(refusal(&state, &id, step, format!("step `{step}` of run `{id}` is not outcome_unknown")).await);
     }
     let view = run_view(&state.engine, &id).await?.ok_or_else(|| ApiError::not_found("run"))?;

@@ -549,8 +549,15 @@ impl Engine {
     ///
     /// # Errors
     /// Store errors.
-    pub async fn operate(&self, run_id: &str, step_id: &str, action: OperatorAction, actor: &str) -> StoreResult<bool> {
-        let done = self.inner.store.operate(run_id, step_id, action, actor, self.now_ms()).await?;
+    pub async fn operate(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        action: OperatorAction,
+        actor: &str,
+        reason: Option<&str>,
+    ) -> StoreResult<bool> {
+        let done = self.inner.store.operate(run_id, step_id, action, actor, reason, self.now_ms()).await?;
         if done {
             self.wake();
         }

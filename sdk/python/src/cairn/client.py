@@ -350,13 +350,13 @@ class Client(_Common):
         body = _decision(by, reason=reason, **{"from": from_step})
         return Run.model_validate(self._request("POST", f"/v1/runs/{_seg(run_id)}:rerun", body))
 
-    def skip(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
-        """Skips an ``outcome_unknown`` step."""
-        return self._decide(run_id, step_id, "skip", by)
+    def skip(self, run_id: str, step_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
+        """Skips an ``outcome_unknown`` step (``reason`` is recorded in the history)."""
+        return self._decide(run_id, step_id, "skip", by, reason=reason)
 
-    def fail(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
-        """Fails an ``outcome_unknown`` step."""
-        return self._decide(run_id, step_id, "fail", by)
+    def fail(self, run_id: str, step_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
+        """Fails an ``outcome_unknown`` step (``reason`` is recorded in the history)."""
+        return self._decide(run_id, step_id, "fail", by, reason=reason)
 
     # --- plans, actions, events -------------------------------------------------------------------------------
 
@@ -637,13 +637,15 @@ class AsyncClient(_Common):
         body = _decision(by, reason=reason, **{"from": from_step})
         return Run.model_validate(await self._request("POST", f"/v1/runs/{_seg(run_id)}:rerun", body))
 
-    async def skip(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
+    async def skip(self, run_id: str, step_id: str, by: Optional[str] = None, *,
+                   reason: Optional[str] = None) -> Run:
         """See :meth:`Client.skip`."""
-        return await self._decide(run_id, step_id, "skip", by)
+        return await self._decide(run_id, step_id, "skip", by, reason=reason)
 
-    async def fail(self, run_id: str, step_id: str, by: Optional[str] = None) -> Run:
+    async def fail(self, run_id: str, step_id: str, by: Optional[str] = None, *,
+                   reason: Optional[str] = None) -> Run:
         """See :meth:`Client.fail`."""
-        return await self._decide(run_id, step_id, "fail", by)
+        return await self._decide(run_id, step_id, "fail", by, reason=reason)
 
     async def validate(self, plan: Any) -> Validation:
         """See :meth:`Client.validate`."""

@@ -88,13 +88,14 @@ async fn non_idempotent_step_with_expired_lease_becomes_outcome_unknown(store: S
 async fn operator_retry_makes_outcome_unknown_claimable_as_attempt_two(store: Store) {
     parked_as_outcome_unknown(&store).await;
 
-    let retried = store.operate("r1", "notify", OperatorAction::Retry, "alice", T0 + 30_000).await.expect("operate");
+    let retried =
+        store.operate("r1", "notify", OperatorAction::Retry, "alice", None, T0 + 30_000).await.expect("operate");
 
     assert!(retried, "retry applies to an outcome_unknown step");
     let c = claim_one(&store, T0 + 30_000).await;
     assert_eq!(c.lease.step_id, "notify");
     assert_eq!(c.lease.attempt, 2, "the operator's retry is a new attempt");
-    let again = store.operate("r1", "notify", OperatorAction::Retry, "alice", T0 + 30_001);
+    let again = store.operate("r1", "notify", OperatorAction::Retry, "alice", None, T0 + 30_001);
     assert!(!again.await.expect("operate"), "retry does not apply to a running step");
     assert_eq!(complete(&store, &c.lease, &json!({}), T0 + 30_002).await, Report::Succeeded);
     super::support::run_step(&store, T0 + 30_003, &json!({})).await;
@@ -105,9 +106,14 @@ async fn operator_retry_makes_outcome_unknown_claimable_as_attempt_two(store: St
 async fn operator_skip_skips_outcome_unknown_and_finishes_the_run(store: Store) {
     parked_as_outcome_unknown(&store).await;
 
-    let skipped = store.operate("r1", "notify", OperatorAction::Skip, "alice", T0 + 30_000).await.expect("operate");
+    let reason = Some("sent by hand");
+    let skipped =
+        store.operate("r1", "notify", OperatorAction::Skip, "alice", reason, T0 + 30_000).await.expect("operate");
 
     assert!(skipped, "skip applies to an outcome_unknown step");
+    let events = super::support::events(&store, "r1").await;
+    let skip = events.iter().find(|e| e.kind == "operator_skip").expect("the skip is in the history");
+    assert_eq!(skip.data, json!({"by": "alice", "reason": "sent by hand"}), "with who and why");
     assert_eq!(status(&store, "r1", "notify").await, "skipped");
     assert_eq!(status(&store, "r1", "after").await, "skipped", "the skip propagates (all_success)");
     let summary = run(&store, "r1").await;

@@ -242,7 +242,7 @@ async fn one_seed(store: &Store, driver: &mut Driver, seed: u64, covered: &mut C
             let id = &parked[rng.random_range(0..parked.len())];
             let actions = [OperatorAction::Retry, OperatorAction::Skip, OperatorAction::Fail];
             let action = actions[rng.random_range(0..actions.len())];
-            let applied = store.operate(&run_id, id, action, "tester", now).await.expect("operate");
+            let applied = store.operate(&run_id, id, action, "tester", None, now).await.expect("operate");
             assert!(applied, "seed {seed}: {id} is parked as outcome_unknown");
             expected.extend(model.apply(Event::Operator(id.clone(), action), 0.0));
             covered.operator_actions += 1;
