@@ -140,7 +140,8 @@ fn invalid(parameter: &str, e: impl std::fmt::Display) -> ApiError {
 fn status(name: &str) -> Result<RunStatus, ApiError> {
     name.trim().parse::<RunStatus>().map_err(|_| {
         let names: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
-        ApiError::bad_request(format!("unknown run status `{}`: use {}", name.escape_debug(), names.join(", ")))
+        let message = format!("unknown run status `{}`: use {}", name.escape_debug(), names.join(", "));
+        ApiError::new(axum::http::StatusCode::BAD_REQUEST, "invalid_request", message)
     })
 }
 
@@ -206,7 +207,8 @@ mod tests {
         assert_eq!(q.filter.statuses, vec![RunStatus::Failed, RunStatus::Cancelled]);
         assert_eq!(q.filter.labels, vec![("env".into(), "prod".into()), ("url".into(), "http://x".into())]);
         assert_eq!(q.filter.q.as_deref(), Some("Rain"));
-        assert_eq!(q.filter.created_after, Some(1_764_547_200_000));
+        let december: jiff::Timestamp = "2026-12-01T00:00:00Z".parse().unwrap_or_default();
+        assert_eq!(q.filter.created_after, Some(december.as_millisecond()));
         assert_eq!(q.filter.created_before, Some(5));
         assert_eq!(q.filter.attention_at, Some(42));
         assert_eq!((q.limit, q.start), (MAX_LIMIT, PageStart::Offset(0)));
