@@ -52,6 +52,7 @@ mod sql;
 mod sqlite;
 pub mod stats;
 mod tx;
+mod workers;
 mod writer;
 
 use cairn_core::event::EventKind;
@@ -65,6 +66,7 @@ pub use flow::finish::{Report, ReportLimits};
 pub use model::*;
 pub use peers::{PEER_CHANNEL, PeerListener};
 pub use postgres::deadline::DEFAULT_ANSWER_DEADLINE;
+pub use workers::WorkerLoad;
 pub use writer::{BatchWriter, FastPathCounts, OneCallCounts};
 
 /// SQLite migrations (`migrations/sqlite`), embedded in the binary.
