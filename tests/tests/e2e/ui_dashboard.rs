@@ -239,6 +239,28 @@ async fn at_390_pixels_wide_no_page_scrolls_sideways() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_api_token_the_dashboard_needs_no_login_and_no_csrf_token() {
+    let clock = Arc::new(cairn_core::clock::ManualClock::new("2027-03-01T09:00:00Z".parse().unwrap()));
+    let app = cairn_tests::http::HttpApp::start(Backend::Sqlite, clock, None).await;
+    // No worker: the step stays ready, so the run is open until the page cancels it.
+    let run_id = app.submit(json!({"goal": "cancel me", "steps": [{"id": "a", "action": "noop", "args": {}}]})).await;
+    let browser = super::ui_browser::Browser::start(1280, 900).await;
+    let dashboard = Dashboard { browser, base_url: app.base_url.clone() };
+
+    dashboard.goto("/ui/login").await;
+    dashboard.wait_for(&format!("tr[data-run-id='{run_id}']")).await;
+    let logout_hidden = dashboard.script("return document.getElementById('logout').hidden;").await;
+    dashboard.goto(&format!("/ui/runs/{run_id}")).await;
+    dashboard.wait_for("#why-waiting").await;
+    dashboard.click("#run-cancel").await;
+    dashboard.wait_for("#dag g[data-step-id='a'][data-status='cancelled']").await;
+    dashboard.close().await;
+
+    assert_eq!(logout_hidden, json!(true), "there is no session to end");
+    assert_eq!(app.run(&run_id).await["status"], "cancelled", "the page's cancel took effect");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs run labels at submit and the `label` filter of GET /v1/runs (issue 34, being built on main)"]
 async fn the_run_list_filters_by_label_and_shows_labels() {
     let dir = TempDir::new();

@@ -11,22 +11,24 @@ const RunList = (() => {
 
   function table(runs) {
     if (!runs.length) return el("p", { class: "empty", id: "no-runs", text: "No runs match." });
+    // Goal and labels are columns only when the API lists them (an orchestrator before issue 34 does not).
+    const hasGoal = runs.some((r) => "goal" in r), hasLabels = runs.some((r) => "labels" in r);
     const rows = runs.map((run) => {
       const end = run.finished_at_ms || Date.now();
       return el("tr", { "data-run-id": run.id, "data-status": run.status },
         el("td", { "data-label": "Run" }, el("a", { href: `/ui/runs/${encodeURIComponent(run.id)}`, class: "mono run-link",
           text: run.id.length > 14 ? `${run.id.slice(0, 8)}…${run.id.slice(-4)}` : run.id, title: run.id })),
         el("td", { "data-label": "Status" }, status(run.status)),
-        el("td", { "data-label": "Goal", class: "goal", text: run.goal || "—" }),
-        el("td", { "data-label": "Labels", class: "labels" }, labels(run)),
+        hasGoal ? el("td", { "data-label": "Goal", class: "goal", text: run.goal || "—" }) : null,
+        hasLabels ? el("td", { "data-label": "Labels", class: "labels" }, labels(run)) : null,
         el("td", { "data-label": "Age", title: new Date(run.created_at_ms).toISOString(), text: age(run.created_at_ms) }),
         el("td", { "data-label": "Duration", text: duration(end - run.created_at_ms) }),
         el("td", { "data-label": "Steps", class: "muted",
           text: `${run.step_count - run.open_steps}/${run.step_count}` }));
     });
     return el("table", { class: "grid", id: "runs" },
-      el("thead", {}, el("tr", {}, ["Run", "Status", "Goal", "Labels", "Age", "Duration", "Steps"]
-        .map((h) => el("th", { text: h })))),
+      el("thead", {}, el("tr", {}, ["Run", "Status", hasGoal && "Goal", hasLabels && "Labels", "Age", "Duration", "Steps"]
+        .filter(Boolean).map((h) => el("th", { text: h })))),
       el("tbody", {}, rows));
   }
 
