@@ -45,6 +45,9 @@
 //!   times to the answer (a valid plan) on this host's clock, to 0.01 ms.
 //! - `all`: chain, fanout, throughput, timers, dispatch, memory, validate, in order, against one set of
 //!   processes.
+//! - `search` (not part of `all`): 100,000 runs (`--runs`) with labels, goals and a mix of statuses, then
+//!   `GET /v1/runs` with each filter, 30 times each; per query the median, p99 and max time to the answer on
+//!   this host's clock, to 0.01 ms ([`search`]).
 //!
 //! The default sizes are the ones published figures use. [`Size`] (`--steps N`, `--runs N`) replaces them in
 //! every scenario that has one (with `all`, in each), so a test or a quick look runs small; the figures report
@@ -63,6 +66,7 @@ mod dispatch;
 mod processes;
 mod report;
 mod scenarios;
+mod search;
 mod timeline;
 
 use std::path::PathBuf;
@@ -90,6 +94,8 @@ pub enum Scenario {
     Memory,
     /// A 5,000-wide fan-out validated over the API (case C24): time to the answer.
     Validate,
+    /// `GET /v1/runs` with each filter over 100,000 runs: time to the answer (not part of `all`).
+    Search,
     /// chain, fanout, throughput, timers, dispatch, memory, validate.
     All,
 }
@@ -196,6 +202,7 @@ pub async fn run(options: &Options, mut report: impl FnMut(&Value)) -> anyhow::R
             Scenario::Dispatch => dispatch::dispatch(api, size, options.rate).await?,
             Scenario::Memory => scenarios::memory(api, size, procs.first_serve_pid()).await?,
             Scenario::Validate => scenarios::validate(api, size).await?,
+            Scenario::Search => search::search(api, size).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if let (Some(obj), Some(cfg)) = (figures.as_object_mut(), config.as_object()) {

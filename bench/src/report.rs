@@ -68,6 +68,22 @@ pub fn summary(figures: &Value) -> String {
             get("runs"),
             get("validate_ms_max")
         ),
+        "search" => {
+            let queries = get("queries");
+            let each: Vec<String> = queries
+                .as_array()
+                .map(|qs| {
+                    qs.iter().map(|q| format!("{} {} ms", q["name"].as_str().unwrap_or("?"), q["ms_median"])).collect()
+                })
+                .unwrap_or_default();
+            format!(
+                "search     [{} db]: GET /v1/runs over {} runs, median of {}: {}",
+                get("db").as_str().unwrap_or("?"),
+                get("runs"),
+                get("repeats"),
+                each.join(", ")
+            )
+        }
         _ => format!(
             "memory     {setup}: {} pending timers in {} active runs: orchestrator RSS {} MB (before them: {} MB)",
             get("pending_timers"),

@@ -59,8 +59,12 @@ enum Command {
     Plan(command::plan::Args),
     /// Submit a plan and print the run id.
     Submit(command::runs::SubmitArgs),
-    /// List runs.
-    Runs(command::runs::ListArgs),
+    /// List runs, newest first, by status, label, goal, action, creation time or idempotency key.
+    Runs(command::find::ListArgs),
+    /// List runs with a step waiting for an operator: outcome unknown, an approval, a retry, no worker.
+    Attention(command::find::AttentionArgs),
+    /// Cancel, redrive or retry the failed steps of every run a filter matches (`--dry-run` counts them).
+    Bulk(command::find::BulkArgs),
     /// Show a run: steps, attempts, failure records, timers.
     Show(command::runs::RunArgs),
     /// Print a run's event history (`--follow`: as it happens, until the run finishes).
@@ -134,7 +138,9 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Run(args) => command::run::run(args, settings).await,
             Command::Plan(args) => command::plan::run(args, settings).await,
             Command::Submit(args) => command::runs::submit(args, &settings).await,
-            Command::Runs(args) => command::runs::list(args, &settings).await,
+            Command::Runs(args) => command::find::list(args, &settings).await,
+            Command::Attention(args) => command::find::attention(args, &settings).await,
+            Command::Bulk(args) => command::find::bulk(args, &settings).await,
             Command::Show(args) => command::runs::show(args, &settings).await,
             Command::Logs(args) => command::runs::logs(args, &settings).await,
             Command::Watch(args) => command::runs::watch(args, &settings).await,

@@ -19,6 +19,7 @@
 //! - [`pointer`]: JSON pointer building (RFC 6901 escaping).
 //! - [`clock`]: the injected [`clock::Clock`] and a manual clock for tests.
 //! - [`state`]: run, step and attempt statuses; [`event`]: the kinds of a run's events; [`failure`]: failure records and codes.
+//! - [`labels`]: run labels and their rules (`key → value`, at most 16).
 //! - [`text`]: the identifiers requests carry (keys, names, ids): length limits and the NUL rule.
 //! - [`machine`]: the pure state machine (retry/fail/outcome_unknown, trigger rules, skip propagation).
 
@@ -31,6 +32,7 @@ pub mod event;
 pub mod event_wait;
 pub mod expression;
 pub mod failure;
+pub mod labels;
 pub mod machine;
 pub mod placeholder;
 pub mod plan;

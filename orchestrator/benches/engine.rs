@@ -156,7 +156,7 @@ fn fanout_plan(width: usize) -> Value {
 /// Submits `plan`, waits until `last` has completed, checks the run succeeded, returns (run id, wall time).
 async fn run_once(engine: &Engine, shared: &Shared, plan: &Value, last: &str) -> (String, Duration) {
     let t0 = Instant::now();
-    let req = SubmitRequest { plan: plan.clone(), input: None, idempotency_key: None };
+    let req = SubmitRequest { plan: plan.clone(), input: None, idempotency_key: None, labels: Default::default() };
     let run_id = match engine.submit(&req).await {
         Ok(s) => s.run_id,
         Err(e) => panic!("submit failed: {e}: {e:?}"),

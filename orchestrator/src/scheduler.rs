@@ -63,6 +63,9 @@ pub struct ScheduleSpec {
     /// Create paused.
     #[serde(default)]
     pub paused: bool,
+    /// Labels put on every run the schedule starts.
+    #[serde(default)]
+    pub labels: cairn_core::labels::Labels,
 }
 
 /// Changes to a schedule (`PATCH /v1/schedules/{id}`); absent fields keep their value.
@@ -90,6 +93,9 @@ pub struct SchedulePatch {
     /// New `catch_up_max`.
     #[serde(default)]
     pub catch_up_max: Option<u32>,
+    /// New labels (replacing them all).
+    #[serde(default)]
+    pub labels: Option<cairn_core::labels::Labels>,
 }
 
 /// Why a schedule operation was refused.
@@ -159,7 +165,12 @@ fn grace() -> SignedDuration {
 impl Engine {
     /// Validates the plan as a submission at `now` would (the same validation a tick applies).
     fn check_plan(&self, plan: &Value, input: Option<&Value>, now: Timestamp) -> Result<(), Vec<Diagnostic>> {
-        let req = SubmitRequest { plan: plan.clone(), input: input.cloned(), idempotency_key: None };
+        let req = SubmitRequest {
+            plan: plan.clone(),
+            input: input.cloned(),
+            idempotency_key: None,
+            labels: Default::default(),
+        };
         match submit::prepare(&req, &self.catalog().snapshot(), &self.config().limits, String::new(), now) {
             Ok(_) => Ok(()),
             Err(SubmitError::Invalid(diagnostics)) => Err(diagnostics),
@@ -180,6 +191,7 @@ impl Engine {
         if !(1..=i64::from(MAX_CATCH_UP)).contains(&def.catch_up_max) {
             return Err(ScheduleError::InvalidPolicy(format!("catch_up_max must be 1 to {MAX_CATCH_UP}")).into());
         }
+        cairn_core::labels::check(&def.labels).map_err(|e| ScheduleError::InvalidPolicy(e.to_string()))?;
         let cron = CronSchedule::new(&def.cron, &def.timezone, now)?;
         self.check_plan(&def.plan, def.input.as_ref(), now).map_err(ScheduleOpError::InvalidPlan)?;
         let next = cron.next_after(now).map(|t| t.as_millisecond());
@@ -205,6 +217,7 @@ impl Engine {
             misfire: spec.misfire.unwrap_or_default(),
             catch_up_max: i64::from(spec.catch_up_max.unwrap_or(DEFAULT_CATCH_UP)),
             paused: spec.paused,
+            labels: spec.labels.clone(),
             next_fire_at_ms: None,
             now_ms,
         };
@@ -235,6 +248,7 @@ impl Engine {
             misfire: patch.misfire.unwrap_or(current.misfire),
             catch_up_max: patch.catch_up_max.map_or(current.catch_up_max, i64::from),
             paused: current.paused,
+            labels: patch.labels.clone().unwrap_or(current.labels),
             next_fire_at_ms: None,
             now_ms: self.now_ms(),
         };
@@ -366,7 +380,12 @@ impl Engine {
         let s = self.store().schedule(id).await?.ok_or(ScheduleOpError::NotFound)?;
         let now_ms = self.now_ms();
         let now = timestamp(now_ms);
-        let req = SubmitRequest { plan: s.plan.clone(), input: s.input.clone(), idempotency_key: None };
+        let req = SubmitRequest {
+            plan: s.plan.clone(),
+            input: s.input.clone(),
+            idempotency_key: None,
+            labels: s.labels.clone(),
+        };
         let catalog = self.catalog().snapshot_for(&s.plan).await;
         let run = submit::prepare(&req, &catalog, &self.config().limits, new_id(now_ms), now).map_err(|e| match e {
             SubmitError::Invalid(diagnostics) => ScheduleOpError::InvalidPlan(diagnostics),
@@ -393,7 +412,12 @@ impl Engine {
 
     /// The run one tick starts, or why its plan does not validate any more.
     fn tick_run(&self, s: &ScheduleRecord, fire_at_ms: i64, now: Timestamp) -> TickRun {
-        let req = SubmitRequest { plan: s.plan.clone(), input: s.input.clone(), idempotency_key: None };
+        let req = SubmitRequest {
+            plan: s.plan.clone(),
+            input: s.input.clone(),
+            idempotency_key: None,
+            labels: s.labels.clone(),
+        };
         let run_id = new_id(now.as_millisecond());
         let run = submit::prepare(&req, &self.catalog().snapshot(), &self.config().limits, run_id, now).map_err(|e| {
             tracing::error!(schedule_id = %s.id, error = %e, "scheduled plan is invalid; tick recorded without a run");

@@ -22,6 +22,8 @@ pub struct SubmitRequest {
     pub input: Option<Value>,
     /// Run-level idempotency key.
     pub idempotency_key: Option<String>,
+    /// The run's labels, checked by the caller ([`cairn_core::labels::check`]).
+    pub labels: cairn_core::labels::Labels,
 }
 
 /// A stored (or found) run.
@@ -73,6 +75,7 @@ pub(crate) fn prepare(
         plan,
         input,
         idempotency_key: req.idempotency_key.clone(),
+        labels: req.labels.clone(),
         timers,
         now_ms: now.as_millisecond(),
     })

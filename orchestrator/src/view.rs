@@ -59,9 +59,9 @@ pub fn detail_view(detail: RunDetail, served: &HashSet<String>) -> Value {
             view
         })
         .collect();
-    json!({
-        "id": run.id, "status": run.status, "plan_id": run.plan_id, "step_count": run.step_count,
-        "open_steps": run.open_steps, "failure": run.failure, "created_at_ms": run.created_at_ms,
-        "finished_at_ms": run.finished_at_ms, "rerun_of": run.rerun_of, "input": input, "steps": steps,
-    })
+    // The summary (as `GET /v1/runs` lists it), plus the input and the steps.
+    let mut view = json!(run);
+    view["input"] = input;
+    view["steps"] = Value::Array(steps);
+    view
 }

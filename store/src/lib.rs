@@ -47,6 +47,7 @@ mod postgres;
 mod read;
 mod reopen_tx;
 mod rows;
+mod run_filter;
 mod runs_tx;
 mod sql;
 mod sqlite;
@@ -66,6 +67,9 @@ pub use flow::finish::{Report, ReportLimits};
 pub use model::*;
 pub use peers::{PEER_CHANNEL, PeerListener};
 pub use postgres::deadline::DEFAULT_ANSWER_DEADLINE;
+pub use run_filter::{
+    AttentionReason, AttentionStep, CursorError, PageStart, RunCursor, RunFilter, RunPage, WORKER_WAIT_MS,
+};
 pub use workers::WorkerLoad;
 pub use writer::{BatchWriter, FastPathCounts, OneCallCounts};
 

@@ -51,6 +51,8 @@ pub struct NewRun {
     pub input: Value,
     /// Run-level idempotency key.
     pub idempotency_key: Option<String>,
+    /// Labels ([`cairn_core::labels`], checked by the caller).
+    pub labels: cairn_core::labels::Labels,
     /// Resolved `not_before` per step index: (instant in ms, the spec as written with its zone).
     pub timers: Vec<Option<(i64, String)>>,
     /// Creation time.
@@ -167,6 +169,10 @@ pub struct RunSummary {
     pub finished_at_ms: Option<i64>,
     /// The run this one reran from a step (`POST /v1/runs/{id}:rerun`), if any.
     pub rerun_of: Option<String>,
+    /// The plan's goal.
+    pub goal: Option<String>,
+    /// The run's labels.
+    pub labels: cairn_core::labels::Labels,
 }
 
 /// A step as shown by the API.

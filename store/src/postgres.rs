@@ -23,7 +23,7 @@ impl_step_tx!(
     release: (crate::sql::RELEASE_POSTGRES, <[&str]>::to_vec),
     events: events_insert,
     steps: steps_insert::run_steps_insert,
-    run_insert: (crate::sql::PLAN_RUN_INSERT_POSTGRES, stores_plan: true),
+    run_insert: runs::run_insert,
     // Not prepared: planned for each batch with its own keys. Batches over several runs mostly take the leaf call
     // on PostgreSQL (`postgres/complete_leaves.rs`), so caching one statement per run count, as SQLite does, has
     // not been shown to pay here.

@@ -1,6 +1,5 @@
 //! Read queries for the API and the CLI, and the start-up integrity check. Same SQL on both backends.
 
-use cairn_core::state::RunStatus;
 use serde_json::{Value, json};
 use sqlx::{Connection, Postgres};
 
@@ -13,7 +12,7 @@ fn json_opt(what: &'static str, text: Option<String>) -> StoreResult<Option<Valu
     text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::corrupt(what, e))).transpose()
 }
 
-fn run_summary(row: RunRow) -> StoreResult<RunSummary> {
+pub(crate) fn run_summary(row: RunRow) -> StoreResult<RunSummary> {
     Ok(RunSummary {
         status: name("runs.status", &row.status)?,
         id: row.id,
@@ -24,6 +23,8 @@ fn run_summary(row: RunRow) -> StoreResult<RunSummary> {
         created_at_ms: row.created_at,
         finished_at_ms: row.finished_at,
         rerun_of: row.rerun_of,
+        goal: row.goal,
+        labels: serde_json::from_str(&row.labels).map_err(|e| StoreError::corrupt("runs.labels", e))?,
     })
 }
 
@@ -90,17 +91,6 @@ impl Store {
     pub async fn run(&self, run_id: &str) -> StoreResult<Option<RunSummary>> {
         let row = on_pool!(self, Db, pool => sqlx::query_as::<Db, RunRow>(sql::RUN_GET).bind(run_id).fetch_optional(pool).await?);
         row.map(run_summary).transpose()
-    }
-
-    /// Runs, newest first, optionally only those with `status`.
-    ///
-    /// # Errors
-    /// [`StoreError::Database`] (retryable), [`StoreError::Corrupt`].
-    pub async fn runs(&self, status: Option<RunStatus>, limit: i64, offset: i64) -> StoreResult<Vec<RunSummary>> {
-        let status = status.map(RunStatus::as_str);
-        let rows = on_pool!(self, Db, pool => sqlx::query_as::<Db, RunRow>(sql::RUNS_LIST)
-            .bind(status).bind(limit).bind(offset).fetch_all(pool).await?);
-        rows.into_iter().map(run_summary).collect()
     }
 
     /// A run's plan as submitted (JSON), or `None` when the run does not exist.

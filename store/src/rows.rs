@@ -107,6 +107,8 @@ pub(crate) struct RunRow {
     pub created_at: i64,
     pub finished_at: Option<i64>,
     pub rerun_of: Option<String>,
+    pub goal: Option<String>,
+    pub labels: String,
 }
 
 /// A step as stored, for display.
@@ -241,6 +243,14 @@ pub(crate) struct RunInsert<'a> {
     pub idempotency_key: Option<&'a str>,
     pub steps: i64,
     pub now: i64,
+    /// The plan's goal, and the same lower-cased for the `q` filter.
+    pub goal: Option<&'a str>,
+    pub goal_search: Option<&'a str>,
+    /// The labels as a JSON object, and one `(key, value)` row each.
+    pub labels: &'a str,
+    pub label_rows: &'a [(String, String)],
+    /// The distinct actions of the plan's steps, sorted.
+    pub actions: &'a [String],
 }
 
 /// One event to append: JSON text in `data`, or a [`Progress`] payload in its columns (see [`EventRow`]).

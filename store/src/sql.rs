@@ -13,6 +13,18 @@
 //! walked that index through every running step and filtered on the key — one completion reading 5,000 index
 //! entries once 5,000 steps were running — until the next `ANALYZE` (`postgres/plans.rs` checks the plans).
 
+/// The columns of [`crate::rows::RunRow`], of table `runs` (`(r)`: aliased `r`).
+macro_rules! run_columns {
+    () => {
+        "id, plan_id, status, input, step_count, open_steps, failure, created_at, finished_at, rerun_of, goal, labels"
+    };
+    (r) => {
+        "r.id, r.plan_id, r.status, r.input, r.step_count, r.open_steps, r.failure, r.created_at, r.finished_at, \
+         r.rerun_of, r.goal, r.labels"
+    };
+}
+pub(crate) use run_columns;
+
 /// The claim rule of a paused run (`POST /v1/runs/{id}:pause`): no new attempt of its steps starts. Every claim
 /// statement leaves out the runs this lists (PL/pgSQL's `cairn_complete_leaves_and_claim` spells it too, and
 /// `cairn_complete_and_claim` leaves a paused run to the general path). Index: `runs_status_created_idx` (with no
@@ -54,17 +66,6 @@ pub(crate) const RUN_BY_KEY: &str = "SELECT r.id, r.plan_id, r.input, p.body FRO
 /// Insert a plan unless its content hash is already stored. Index: `plans` PK.
 pub(crate) const PLAN_INSERT: &str =
     "INSERT INTO plans (id, body, created_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING";
-
-/// Insert a run. Index: `runs` PK, `runs.idempotency_key` UNIQUE (a concurrent twin fails here).
-pub(crate) const RUN_INSERT: &str = "INSERT INTO runs (id, plan_id, status, input, context, idempotency_key, \
-     step_count, open_steps, created_at, updated_at) VALUES ($1, $2, 'pending', $3, $4, $5, $6, $6, $7, $7)";
-
-/// PostgreSQL: [`PLAN_INSERT`] and [`RUN_INSERT`] in one statement (one round trip fewer per submission; the
-/// foreign key from the run to its plan is checked at the end of the statement, when the plan row exists).
-pub(crate) const PLAN_RUN_INSERT_POSTGRES: &str = "WITH plan AS (INSERT INTO plans (id, body, created_at) \
-     VALUES ($2, $8, $7) ON CONFLICT (id) DO NOTHING) \
-     INSERT INTO runs (id, plan_id, status, input, context, idempotency_key, step_count, open_steps, created_at, \
-     updated_at) VALUES ($1, $2, 'pending', $3, $4, $5, $6, $6, $7, $7)";
 
 /// Mark runs running on their first claim. Locks the run row. Index: `runs` PK.
 pub(crate) const RUN_MARK_RUNNING: &str =
@@ -228,12 +229,7 @@ pub(crate) const STEP_OPERATOR: &str = "UPDATE steps SET status = $4, \
 pub(crate) const STEP_STATE: &str = "SELECT step_id, status, output FROM steps WHERE run_id = $1 AND step_id = $2";
 
 /// One run. Index: `runs` PK.
-pub(crate) const RUN_GET: &str = "SELECT id, plan_id, status, input, step_count, open_steps, failure, created_at, \
-     finished_at, rerun_of FROM runs WHERE id = $1";
-
-/// Runs, newest first, optionally by status. Index: `runs_status_created_idx` or a scan of `runs`.
-pub(crate) const RUNS_LIST: &str = "SELECT id, plan_id, status, input, step_count, open_steps, failure, created_at, \
-     finished_at, rerun_of FROM runs WHERE (CAST($1 AS TEXT) IS NULL OR status = CAST($1 AS TEXT)) ORDER BY created_at DESC, id DESC LIMIT $2 + 0 OFFSET $3 + 0";
+pub(crate) const RUN_GET: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1");
 
 /// Steps of a run in plan order. Index: `steps` PK prefix.
 pub(crate) const STEPS_OF_RUN: &str = "SELECT step_id, action, status, attempt, output, error, available_at, \

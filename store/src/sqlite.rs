@@ -25,7 +25,7 @@ use crate::tx::{DialectTx, StepTx, impl_step_tx};
 
 impl_step_tx!(Sqlite, release: (crate::sql::RELEASE_SQLITE, |parents: &[&str]| {
     serde_json::Value::from(parents.to_vec()).to_string()
-}), events: events_insert, steps: steps_insert, run_insert: (crate::sql::RUN_INSERT, stores_plan: false), lists_prepared: true);
+}), events: events_insert, steps: steps_insert, run_insert: run_insert, lists_prepared: true);
 // Statements over several runs are prepared and cached per count: preparing them for every batch took three
 // prepares per batch in `cairn bench dispatch` (about 2,600 batches in a run, counted with a uprobe on
 // `sqlite3_prepare_v3`). sqlx keeps the connection's 100 most recently used statements, so sizes seen once
@@ -57,6 +57,45 @@ const HEARTBEAT: &str = "UPDATE steps SET heartbeat_at = $4, \
 
 /// Running steps with an expired lease ([`crate::sql::expired_select`]).
 const EXPIRED: &str = crate::sql::expired_select!("LIMIT $2 + 0");
+
+/// Insert a run. Index: `runs` PK, `runs.idempotency_key` UNIQUE (a concurrent twin fails here).
+const RUN_INSERT: &str = "INSERT INTO runs (id, plan_id, status, input, context, idempotency_key, step_count, \
+     open_steps, created_at, updated_at, goal, goal_search, labels) \
+     VALUES ($1, $2, 'pending', $3, $4, $5, $6, $6, $7, $7, $8, $9, $10)";
+
+/// Stores the run's plan (unless stored already), the run, and its label and action rows
+/// ([`crate::rows::RunInsert`]).
+async fn run_insert(tx: &mut Transaction<'_, Sqlite>, run: &crate::rows::RunInsert<'_>) -> StoreResult<()> {
+    sqlx::query(crate::sql::PLAN_INSERT).bind(run.plan_id).bind(run.plan_body).bind(run.now).execute(&mut **tx).await?;
+    sqlx::query(RUN_INSERT)
+        .bind(run.run_id)
+        .bind(run.plan_id)
+        .bind(run.input)
+        .bind(run.context)
+        .bind(run.idempotency_key)
+        .bind(run.steps)
+        .bind(run.now)
+        .bind(run.goal)
+        .bind(run.goal_search)
+        .bind(run.labels)
+        .execute(&mut **tx)
+        .await?;
+    // At most 16 labels (3 binds each) and one row per distinct action of a plan of at most 10,000 steps: under
+    // SQLite's 32,766 parameters.
+    if !run.label_rows.is_empty() {
+        let mut q = sqlx::QueryBuilder::<Sqlite>::new("INSERT INTO run_labels (run_id, key, value, created_at) ");
+        q.push_values(run.label_rows, |mut b, (key, value)| {
+            b.push_bind(run.run_id).push_bind(key.as_str()).push_bind(value.as_str()).push_bind(run.now);
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    let mut q = sqlx::QueryBuilder::<Sqlite>::new("INSERT INTO run_actions (run_id, action, created_at) ");
+    q.push_values(run.actions, |mut b, action| {
+        b.push_bind(run.run_id).push_bind(action.as_str()).push_bind(run.now);
+    });
+    q.build().execute(&mut **tx).await?;
+    Ok(())
+}
 
 /// Inserts a new run's steps: multi-row inserts of up to 1,000 rows.
 async fn steps_insert(

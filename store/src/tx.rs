@@ -182,12 +182,11 @@ pub(crate) trait DialectTx: StepTx + crate::runs_tx::RunsTx {
 }
 
 /// Implements [`StepTx`] for `sqlx::Transaction<'_, $db>` with the shared SQL. Per dialect: the release
-/// statement and how its parents are bound, the events insert, and the run insert (`stores_plan`: whether that
-/// statement stores the plan too, taking its body as `$8`; otherwise [`crate::sql::PLAN_INSERT`] runs first),
-/// and `lists_prepared`: whether a statement whose text varies with the number of runs it names is prepared and
+/// statement and how its parents are bound, the events insert, the run insert (its plan, the run, its labels
+/// and actions), and `lists_prepared`: whether a statement whose text varies with the number of runs it names is prepared and
 /// cached, one per count.
 macro_rules! impl_step_tx {
-    ($db:ty, release: ($release_sql:expr, $release_parents:expr), events: $events:path, steps: $steps:path, run_insert: ($run_sql:expr, stores_plan: $run_sql_stores_plan:expr), lists_prepared: $lists_prepared:expr) => {
+    ($db:ty, release: ($release_sql:expr, $release_parents:expr), events: $events:path, steps: $steps:path, run_insert: $run_insert:path, lists_prepared: $lists_prepared:expr) => {
         impl $crate::tx::StepTx for sqlx::Transaction<'_, $db> {
             async fn run_by_key(&mut self, key: &str) -> $crate::error::StoreResult<Option<$crate::tx::KeyedRun>> {
                 Ok(sqlx::query_as::<$db, $crate::tx::KeyedRun>($crate::sql::RUN_BY_KEY)
@@ -196,26 +195,7 @@ macro_rules! impl_step_tx {
                     .await?)
             }
             async fn run_insert(&mut self, run: &$crate::rows::RunInsert<'_>) -> $crate::error::StoreResult<()> {
-                if !$run_sql_stores_plan {
-                    sqlx::query::<$db>($crate::sql::PLAN_INSERT)
-                        .bind(run.plan_id)
-                        .bind(run.plan_body)
-                        .bind(run.now)
-                        .execute(&mut **self)
-                        .await?;
-                }
-                let query = sqlx::query::<$db>($run_sql)
-                    .bind(run.run_id)
-                    .bind(run.plan_id)
-                    .bind(run.input)
-                    .bind(run.context)
-                    .bind(run.idempotency_key)
-                    .bind(run.steps)
-                    .bind(run.now);
-                // A statement that stores the plan too takes its body as `$8`.
-                let query = if $run_sql_stores_plan { query.bind(run.plan_body) } else { query };
-                query.execute(&mut **self).await?;
-                Ok(())
+                $run_insert(self, run).await
             }
             async fn steps_insert(
                 &mut self,

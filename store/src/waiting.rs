@@ -21,13 +21,14 @@ pub use crate::flow::event_wait::WAIT_OWNER;
 
 /// Insert a schedule unless its id is taken. Index: PK.
 const SCHEDULE_INSERT: &str = "INSERT INTO schedules (id, cron, timezone, plan, input, overlap, misfire, \
-     catch_up_max, paused, next_fire_at, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) \
+     catch_up_max, paused, next_fire_at, created_at, updated_at, labels) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12) \
      ON CONFLICT (id) DO NOTHING";
 
 /// Replace a schedule's definition and next fire time (a running tick pass fenced on the old one then changes
 /// nothing). Index: PK.
 const SCHEDULE_UPDATE: &str = "UPDATE schedules SET cron = $2, timezone = $3, plan = $4, input = $5, overlap = $6, \
-     misfire = $7, catch_up_max = $8, next_fire_at = $9, updated_at = $10 WHERE id = $1";
+     misfire = $7, catch_up_max = $8, next_fire_at = $9, updated_at = $10, labels = $11 WHERE id = $1";
 
 /// Pause: the tick loop skips the schedule. Index: PK.
 const SCHEDULE_PAUSE: &str = "UPDATE schedules SET paused = 1, updated_at = $2 WHERE id = $1";
@@ -42,7 +43,7 @@ const SCHEDULE_DELETE: &str = "DELETE FROM schedules WHERE id = $1";
 macro_rules! schedule_select {
     () => {
         "SELECT id, cron, timezone, plan, input, overlap, misfire, catch_up_max, paused, next_fire_at, \
-         last_fire_at, last_run_id, created_at, updated_at FROM schedules"
+         last_fire_at, last_run_id, created_at, updated_at, labels FROM schedules"
     };
 }
 
@@ -85,6 +86,8 @@ pub struct NewSchedule {
     pub catch_up_max: i64,
     /// Created paused.
     pub paused: bool,
+    /// Labels put on every run the schedule starts (checked by the caller).
+    pub labels: cairn_core::labels::Labels,
     /// Nominal instant of the first tick.
     pub next_fire_at_ms: Option<i64>,
     /// Now.
@@ -122,6 +125,8 @@ pub struct ScheduleRecord {
     pub created_at_ms: i64,
     /// Last change.
     pub updated_at_ms: i64,
+    /// Labels put on every run the schedule starts.
+    pub labels: cairn_core::labels::Labels,
 }
 
 /// One handled tick.
@@ -271,6 +276,12 @@ struct ScheduleRow {
     last_run_id: Option<String>,
     created_at: i64,
     updated_at: i64,
+    labels: String,
+}
+
+fn labels_text(labels: &cairn_core::labels::Labels) -> String {
+    Value::from(labels.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect::<serde_json::Map<_, _>>())
+        .to_string()
 }
 
 fn json_of(what: &'static str, text: &str) -> StoreResult<Value> {
@@ -293,6 +304,7 @@ fn record(r: ScheduleRow) -> StoreResult<ScheduleRecord> {
         last_run_id: r.last_run_id,
         created_at_ms: r.created_at,
         updated_at_ms: r.updated_at,
+        labels: serde_json::from_str(&r.labels).map_err(|e| StoreError::corrupt("schedules.labels", e))?,
     })
 }
 
@@ -306,7 +318,7 @@ impl Store {
         let done = on_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_INSERT)
             .bind(&s.id).bind(&s.cron).bind(&s.timezone).bind(s.plan.to_string()).bind(input)
             .bind(s.overlap.as_str()).bind(s.misfire.as_str()).bind(s.catch_up_max).bind(i64::from(s.paused))
-            .bind(s.next_fire_at_ms).bind(s.now_ms).execute(pool).await?.rows_affected());
+            .bind(s.next_fire_at_ms).bind(s.now_ms).bind(labels_text(&s.labels)).execute(pool).await?.rows_affected());
         Ok(done == 1)
     }
 
@@ -319,7 +331,7 @@ impl Store {
         let done = on_pool!(self, Db, pool => sqlx::query::<Db>(SCHEDULE_UPDATE)
             .bind(&s.id).bind(&s.cron).bind(&s.timezone).bind(s.plan.to_string()).bind(input)
             .bind(s.overlap.as_str()).bind(s.misfire.as_str()).bind(s.catch_up_max).bind(s.next_fire_at_ms).bind(s.now_ms)
-            .execute(pool).await?.rows_affected());
+            .bind(labels_text(&s.labels)).execute(pool).await?.rows_affected());
         Ok(done == 1)
     }
 

@@ -148,7 +148,7 @@ impl TestApp {
 
     /// Submits a plan (JSON) and returns the run id; panics with the diagnostics when invalid.
     pub async fn submit(&self, plan: Value) -> String {
-        let req = SubmitRequest { plan, input: None, idempotency_key: None };
+        let req = SubmitRequest { plan, input: None, idempotency_key: None, labels: Default::default() };
         match self.engine.submit(&req).await {
             Ok(s) => s.run_id,
             Err(e) => panic!("submit failed: {e}: {e:?}"),

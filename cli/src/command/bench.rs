@@ -34,7 +34,7 @@ pub struct Args {
     #[arg(long)]
     steps: Option<usize>,
     /// Runs instead of the scenario's default: chain runs (20), dispatch runs (10,000), memory runs (10,000),
-    /// validate attempts (5).
+    /// validate attempts (5), search runs (100,000).
     #[arg(long)]
     runs: Option<usize>,
     /// Print one JSON object per line per scenario.

@@ -1,6 +1,7 @@
 //! One module per subcommand (client commands over the REST API share `runs`).
 
 pub mod bench;
+pub mod find;
 pub mod plan;
 pub mod run;
 pub mod runs;

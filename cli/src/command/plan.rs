@@ -231,7 +231,7 @@ async fn confirm(plan: &Value, specs: &[ActionSpec]) -> anyhow::Result<bool> {
 /// Submits `plan`; with `follow`, watches the run to the end like `cairn run` (the embedded orchestrator
 /// stops when this command does).
 async fn submit(client: &Client, plan: Value, follow: bool) -> anyhow::Result<ExitCode> {
-    let body = submit_body(plan, None, None)?;
+    let body = submit_body(plan, None, None, &[])?;
     let (status, run) = client.call(reqwest::Method::POST, "/v1/runs", Some(&body)).await?;
     if status.as_u16() == 422 {
         print_diagnostics(&run);

@@ -30,6 +30,9 @@ pub struct Args {
     /// Run-level idempotency key.
     #[arg(long)]
     idempotency_key: Option<String>,
+    /// A label to find the run by, as `key=value` (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    labels: Vec<String>,
     /// Print the finished run as JSON instead of the progress display.
     #[arg(long)]
     json: bool,
@@ -66,7 +69,7 @@ pub async fn run(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode
 }
 
 async fn follow(client: &Client, args: &Args, plan: Value) -> anyhow::Result<ExitCode> {
-    let body = submit_body(plan, args.input.as_deref(), args.idempotency_key.as_deref())?;
+    let body = submit_body(plan, args.input.as_deref(), args.idempotency_key.as_deref(), &args.labels)?;
     let (status, run) = client.call(reqwest::Method::POST, "/v1/runs", Some(&body)).await?;
     if status.as_u16() == 422 {
         print_diagnostics(&run);

@@ -1,4 +1,4 @@
-//! Client commands over the REST API: `submit`, `runs`, `show`, `logs`, `cancel`, `approve`, `reject`, `retry`,
+//! Client commands over the REST API: `submit`, `show`, `logs`, `cancel`, `approve`, `reject`, `retry`,
 //! `skip`, `fail`, `redrive`, `rerun`, `pause`, `resume`, and the printing they share with `run`.
 
 use std::io::Read;
@@ -29,9 +29,17 @@ pub fn read_plan(path: &Path) -> anyhow::Result<Value> {
     document::parse(&text, format).map_err(|f| anyhow::anyhow!("{name}: {}", f.message))
 }
 
-/// The `POST /v1/runs` body.
-pub fn submit_body(plan: Value, input: Option<&str>, key: Option<&str>) -> anyhow::Result<Value> {
+/// The `POST /v1/runs` body; `labels` as `key=value`.
+pub fn submit_body(plan: Value, input: Option<&str>, key: Option<&str>, labels: &[String]) -> anyhow::Result<Value> {
     let mut body = json!({"plan": plan});
+    if !labels.is_empty() {
+        let mut map = serde_json::Map::new();
+        for label in labels {
+            let (k, v) = cairn_core::labels::parse(label, '=').with_context(|| format!("--label {label}"))?;
+            map.insert(k, json!(v));
+        }
+        body["labels"] = Value::Object(map);
+    }
     if let Some(input) = input {
         body["input"] = serde_json::from_str(input).context("--input is not valid JSON")?;
     }
@@ -157,6 +165,9 @@ pub struct SubmitArgs {
     /// Run-level idempotency key.
     #[arg(long)]
     idempotency_key: Option<String>,
+    /// A label to find the run by, as `key=value` (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    labels: Vec<String>,
     #[command(flatten)]
     target: Target,
 }
@@ -164,7 +175,8 @@ pub struct SubmitArgs {
 /// `cairn submit`: prints the run id (or the run as JSON with `--json`).
 pub async fn submit(args: &SubmitArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let client = args.target.client(settings)?;
-    let body = submit_body(read_plan(&args.file)?, args.input.as_deref(), args.idempotency_key.as_deref())?;
+    let body =
+        submit_body(read_plan(&args.file)?, args.input.as_deref(), args.idempotency_key.as_deref(), &args.labels)?;
     let (status, run) = client.call(reqwest::Method::POST, "/v1/runs", Some(&body)).await?;
     if status.as_u16() == 422 {
         print_diagnostics(&run);
@@ -175,50 +187,6 @@ pub async fn submit(args: &SubmitArgs, settings: &Settings) -> anyhow::Result<Ex
         out!("{}", serde_json::to_string_pretty(&run)?);
     } else {
         out!("{}", run["id"].as_str().unwrap_or_default());
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Arguments of `cairn runs`.
-#[derive(Debug, clap::Args)]
-pub struct ListArgs {
-    /// Only runs with this status.
-    #[arg(long)]
-    status: Option<String>,
-    /// Most runs to list.
-    #[arg(long, default_value_t = 20)]
-    limit: u32,
-    #[command(flatten)]
-    target: Target,
-}
-
-/// `cairn runs`.
-pub async fn list(args: &ListArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
-    let client = args.target.client(settings)?;
-    let mut path = format!("/v1/runs?limit={}", args.limit);
-    if let Some(status) = &args.status {
-        path.push_str(&format!("&status={status}"));
-    }
-    let answer = client.get(&path).await?;
-    if args.target.json {
-        out!("{}", serde_json::to_string_pretty(&answer["runs"])?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let now = jiff::Timestamp::now().as_millisecond();
-    for run in answer["runs"].as_array().into_iter().flatten() {
-        let created = run["created_at_ms"].as_i64();
-        let at = created.and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok()).map(|t| t.to_string());
-        // Until now for a run still open.
-        let took = created.map(|c| run["finished_at_ms"].as_i64().unwrap_or(now) - c).map(duration);
-        out!(
-            "{}  {:<10} steps {:>5}  open {:>5}  created {}  took {}",
-            run["id"].as_str().unwrap_or("?"),
-            run["status"].as_str().unwrap_or("?"),
-            run["step_count"],
-            run["open_steps"],
-            at.unwrap_or_else(|| "?".into()),
-            took.unwrap_or_else(|| "?".into())
-        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -240,7 +208,7 @@ fn clipped(value: &Value) -> String {
 }
 
 /// `ms` as `1.2s`, `3m04s` or `2h05m`.
-fn duration(ms: i64) -> String {
+pub(super) fn duration(ms: i64) -> String {
     let s = ms.max(0) / 1000;
     match s {
         0..60 => format!("{:.1}s", ms.max(0) as f64 / 1000.0),

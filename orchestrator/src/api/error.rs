@@ -75,6 +75,13 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<cairn_core::labels::LabelError> for ApiError {
+    /// 422 `invalid_labels` naming the label and the rule broken.
+    fn from(e: cairn_core::labels::LabelError) -> Self {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_labels", e.to_string())
+    }
+}
+
 impl From<cairn_core::text::TextError> for ApiError {
     /// 422 `invalid_request` naming the field and the rule broken.
     fn from(e: cairn_core::text::TextError) -> Self {

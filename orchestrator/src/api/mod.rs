@@ -21,6 +21,7 @@
 //! ([`run_plan`]); `GET /v1/workers` lists workers with their attempts in flight ([`workers`]).
 
 mod body;
+mod bulk;
 mod deadline;
 pub mod error;
 mod events;
@@ -30,6 +31,7 @@ mod openapi;
 mod openapi_schemas;
 mod plans;
 mod run_plan;
+mod run_query;
 mod runs;
 mod runs_live;
 mod schedules;
@@ -104,6 +106,9 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
         .route("/v1/plans:validate", post(runs::validate))
         .route("/v1/plans:draft", post(plans::draft))
         .route("/v1/runs", post(runs::submit).get(runs_live::list))
+        .route("/v1/runs:cancel", post(bulk::cancel))
+        .route("/v1/runs:redrive", post(bulk::redrive))
+        .route("/v1/runs:retry-failed", post(bulk::retry_failed))
         .route("/v1/runs/{id}", get(runs::show).post(runs::run_action))
         .route("/v1/runs/{id}/events", get(events::events))
         .route("/v1/runs/{id}/plan", get(run_plan::show))

@@ -1,7 +1,7 @@
 //! Plan validation, run submission, listing, inspection, cancellation and step decisions.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn_core::validate::validate_value;
@@ -36,6 +36,9 @@ pub(super) struct SubmitBody {
     input: Option<Value>,
     #[serde(default)]
     idempotency_key: Option<String>,
+    /// Labels to find the run by (`GET /v1/runs?label=key:value`).
+    #[serde(default)]
+    labels: cairn_core::labels::Labels,
 }
 
 /// `POST /v1/runs`: 201 with the run, 200 when the idempotency key matched an existing run, 422 with
@@ -47,7 +50,13 @@ pub(super) async fn submit(
     if let Some(key) = &body.idempotency_key {
         cairn_core::text::IDEMPOTENCY_KEY.check(key)?;
     }
-    let req = SubmitRequest { plan: body.plan, input: body.input, idempotency_key: body.idempotency_key };
+    cairn_core::labels::check(&body.labels)?;
+    let req = SubmitRequest {
+        plan: body.plan,
+        input: body.input,
+        idempotency_key: body.idempotency_key,
+        labels: body.labels,
+    };
     let submitted = state.engine.submit(&req).await?;
     // A new run's answer is the state it was committed in when that is known (no read-back transaction);
     // otherwise it is read.
@@ -59,33 +68,28 @@ pub(super) async fn submit(
     Ok((status, Json(view)).into_response())
 }
 
-/// `GET /v1/runs` query.
-#[derive(Debug, Deserialize)]
-pub(super) struct ListQuery {
-    status: Option<String>,
-    limit: Option<i64>,
-    offset: Option<i64>,
-}
-
-/// `GET /v1/runs?status=&limit=&offset=`: newest first; `limit` 1–500 (default 50).
-pub(super) async fn list(State(state): State<AppState>, Query(q): Query<ListQuery>) -> Result<Response, ApiError> {
-    let limit = q.limit.unwrap_or(50).clamp(1, 500);
-    let offset = q.offset.unwrap_or(0).max(0);
-    let status = match q.status.as_deref() {
-        None => None,
-        Some(name) => Some(name.parse::<cairn_core::state::RunStatus>().map_err(|_| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                format!(
-                    "unknown run status `{}`: use pending, running, paused, succeeded, failed or cancelled",
-                    name.escape_debug()
-                ),
-            )
-        })?),
-    };
-    let runs = state.engine.store().runs(status, limit, offset).await?;
-    Ok(Json(json!({"runs": runs, "limit": limit, "offset": offset})).into_response())
+/// `GET /v1/runs?…`: the runs the filters match ([`super::run_query::list_query`]), newest first, `limit` 1–500
+/// (default 50), with `next_cursor` when another page may follow. With `attention=true`, each run also lists
+/// its steps that need attention and why.
+pub(super) async fn list(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, ApiError> {
+    let now = state.engine.now_ms();
+    let query = super::run_query::list_query(raw.as_deref(), now)?;
+    let store = state.engine.store();
+    let page = store.runs_page(&query.filter, &query.start, query.limit).await?;
+    let mut runs: Vec<Value> = page.runs.iter().map(|r| json!(r)).collect();
+    if query.filter.attention_at.is_some() {
+        let ids: Vec<&str> = page.runs.iter().map(|r| r.id.as_str()).collect();
+        let steps = store.attention_steps(&ids, now).await?;
+        for (view, run) in runs.iter_mut().zip(&page.runs) {
+            view["attention"] = json!(steps.iter().filter(|s| s.run_id == run.id).collect::<Vec<_>>());
+        }
+    }
+    let mut answer =
+        json!({"runs": runs, "limit": query.limit, "next_cursor": page.next_cursor.map(|c| c.to_string())});
+    if let cairn_store::PageStart::Offset(offset) = query.start {
+        answer["offset"] = json!(offset);
+    }
+    Ok(Json(answer).into_response())
 }
 
 /// `GET /v1/runs/{id}` query.
@@ -197,7 +201,7 @@ pub(super) struct DecisionBody {
 }
 
 /// Who decided (`api` when the body does not say), with `by` and `reason` checked as operator notes.
-fn actor(by: Option<String>, reason: Option<&str>) -> Result<String, ApiError> {
+pub(super) fn actor(by: Option<String>, reason: Option<&str>) -> Result<String, ApiError> {
     let by = by.unwrap_or_else(|| "api".into());
     cairn_core::text::OPERATOR_NOTE.check(&by)?;
     if let Some(reason) = reason {

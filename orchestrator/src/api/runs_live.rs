@@ -10,7 +10,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -63,10 +63,7 @@ pub(super) async fn list(State(state): State<AppState>, uri: Uri, headers: Heade
 }
 
 async fn page(state: &AppState, uri: &Uri) -> Response {
-    match Query::try_from_uri(uri) {
-        Ok(query) => runs::list(State(state.clone()), query).await.into_response(),
-        Err(rejection) => ApiError::bad_request(rejection.body_text()).into_response(),
-    }
+    runs::list(State(state.clone()), RawQuery(uri.query().map(str::to_owned))).await.into_response()
 }
 
 /// The body of a 200 answer, or the answer itself when it is a refusal.

@@ -104,6 +104,10 @@ struct Rows {
     context: String,
     steps: Vec<StepInsert>,
     edges: Vec<(String, String)>,
+    goal_search: Option<String>,
+    labels: String,
+    label_rows: Vec<(String, String)>,
+    actions: Vec<String>,
 }
 
 impl Rows {
@@ -117,7 +121,21 @@ impl Rows {
         for r in steps.iter_mut().filter(|r| r.dep_count == 0 && r.starts_itself == 1) {
             r.status = StepStatus::Ready;
         }
-        Ok(Rows { plan_id: plan_id(&body), body, input: run.input.to_string(), context, steps, edges: edges(run) })
+        let mut actions: Vec<String> = run.plan.steps.iter().map(|s| s.action.clone()).collect();
+        actions.sort_unstable();
+        actions.dedup();
+        Ok(Rows {
+            plan_id: plan_id(&body),
+            body,
+            input: run.input.to_string(),
+            context,
+            steps,
+            edges: edges(run),
+            goal_search: run.plan.goal.as_deref().map(str::to_lowercase),
+            labels: serde_json::to_string(&run.labels).map_err(|e| StoreError::corrupt("labels", e))?,
+            label_rows: run.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            actions,
+        })
     }
 
     fn run_insert<'a>(&'a self, run: &'a NewRun) -> RunInsert<'a> {
@@ -130,6 +148,11 @@ impl Rows {
             idempotency_key: run.idempotency_key.as_deref(),
             steps: i64::try_from(run.plan.steps.len()).unwrap_or(i64::MAX),
             now: run.now_ms,
+            goal: run.plan.goal.as_deref(),
+            goal_search: self.goal_search.as_deref(),
+            labels: &self.labels,
+            label_rows: &self.label_rows,
+            actions: &self.actions,
         }
     }
 }
@@ -235,6 +258,8 @@ fn inserted_detail(run: &NewRun, plan_id: String, rows: &[StepInsert]) -> RunDet
             created_at_ms: now,
             finished_at_ms: None,
             rerun_of: None,
+            goal: run.plan.goal.clone(),
+            labels: run.labels.clone(),
         },
         steps,
         attempts: Vec::new(),

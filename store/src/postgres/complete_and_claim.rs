@@ -168,7 +168,15 @@ mod tests {
             validate_value(&json!({"goal": "g", "steps": steps}), &StaticCatalog::builtin(), &Limits::default());
         let errors: Vec<String> = report.errors().map(|e| format!("{e:?}")).collect();
         let plan = report.plan.unwrap_or_else(|| panic!("the plan validates: {errors:?}"));
-        let run = NewRun { run_id: "r1".into(), plan, input: json!({}), idempotency_key: None, timers, now_ms: T0 };
+        let run = NewRun {
+            run_id: "r1".into(),
+            plan,
+            input: json!({}),
+            idempotency_key: None,
+            labels: Default::default(),
+            timers,
+            now_ms: T0,
+        };
         store.create_run(&run).await.expect("created");
         let claim = ClaimRequest { worker_id: "w1".into(), actions: vec!["noop".into()], limit: 1, now_ms: T0 };
         let claimed = store.claim(&claim, 30_000).await.expect("claimed");
@@ -322,8 +330,15 @@ mod tests {
         let plan = validate_value(&json!({"goal": "g", "steps": steps}), &StaticCatalog::builtin(), &Limits::default())
             .plan
             .expect("the plan validates");
-        let run =
-            NewRun { run_id: "r1".into(), plan, input: json!({}), idempotency_key: None, timers: vec![], now_ms: T0 };
+        let run = NewRun {
+            run_id: "r1".into(),
+            plan,
+            input: json!({}),
+            idempotency_key: None,
+            labels: Default::default(),
+            timers: vec![],
+            now_ms: T0,
+        };
         store.create_run(&run).await.expect("created");
         let mut writer = store.batch_writer();
         let nobody = |_: usize| Vec::new();

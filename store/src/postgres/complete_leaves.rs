@@ -246,8 +246,15 @@ mod tests {
         let doc = json!({"goal": "g", "steps": steps});
         let plan = validate_value(&doc, &StaticCatalog::builtin(), &Limits::default()).plan.expect("validates");
         let timers = vec![None; plan.steps.len()];
-        let run =
-            NewRun { run_id: run_id.into(), plan, input: json!({"x": 1}), idempotency_key: None, timers, now_ms: now };
+        let run = NewRun {
+            run_id: run_id.into(),
+            plan,
+            input: json!({"x": 1}),
+            idempotency_key: None,
+            labels: Default::default(),
+            timers,
+            now_ms: now,
+        };
         store.create_run(&run).await.expect("created");
     }
 

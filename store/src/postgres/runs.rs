@@ -22,15 +22,28 @@ use crate::rows::{RunInsert, StepInsert};
 use crate::runs_tx::RunsTx;
 
 /// Stores plans unless their content hash is stored already (`$1`–`$3`: id, body, creation time, each plan at most
-/// once), and runs (`$4`–`$10`: id, plan, input, context, idempotency key, step count, creation time). The
-/// foreign key from a run to its plan is checked at the end of the statement, when the plan rows exist.
+/// once), runs (`$4`–`$13`: id, plan, input, context, idempotency key, step count, creation time, goal, goal
+/// folded for search, labels as JSON), their labels (`$14`–`$17`: run, key, value, creation time, one element per
+/// label) and the actions their plans use (`$18`–`$20`: run, action, creation time). The foreign keys to the plan
+/// and the run are checked at the end of the statement, when those rows exist.
 const RUNS_INSERT: &str = "WITH plan AS (INSERT INTO plans (id, body, created_at) \
-     SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[]) ON CONFLICT (id) DO NOTHING) \
+     SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[]) ON CONFLICT (id) DO NOTHING), \
+     label AS (INSERT INTO run_labels (run_id, key, value, created_at) \
+       SELECT * FROM UNNEST($14::text[], $15::text[], $16::text[], $17::int8[])), \
+     action AS (INSERT INTO run_actions (run_id, action, created_at) \
+       SELECT * FROM UNNEST($18::text[], $19::text[], $20::int8[])) \
      INSERT INTO runs (id, plan_id, status, input, context, idempotency_key, step_count, open_steps, created_at, \
-       updated_at) \
-     SELECT r.id, r.plan_id, 'pending', r.input, r.context, r.idempotency_key, r.steps, r.steps, r.at, r.at \
-     FROM UNNEST($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[]) \
-       AS r(id, plan_id, input, context, idempotency_key, steps, at)";
+       updated_at, goal, goal_search, labels) \
+     SELECT r.id, r.plan_id, 'pending', r.input, r.context, r.idempotency_key, r.steps, r.steps, r.at, r.at, \
+       r.goal, r.goal_search, r.labels \
+     FROM UNNEST($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[], \
+       $11::text[], $12::text[], $13::text[]) \
+       AS r(id, plan_id, input, context, idempotency_key, steps, at, goal, goal_search, labels)";
+
+/// Stores one run as [`RunsTx::runs_insert`] does: its plan, the run, its labels and actions in one statement.
+pub(crate) async fn run_insert(tx: &mut Transaction<'_, Postgres>, run: &RunInsert<'_>) -> StoreResult<()> {
+    tx.runs_insert(std::slice::from_ref(run)).await
+}
 
 /// `$1` the time, `$2` the run ids, `$3` the steps closed in each (a run at most once), `$4` of which failed.
 pub(super) const RUNS_CLOSE_STEPS: &str = "UPDATE runs SET open_steps = open_steps - v.closed, \
@@ -54,6 +67,12 @@ impl RunsTx for Transaction<'_, Postgres> {
                 plans.push(run);
             }
         }
+        let labels: Vec<(&str, &str, &str, i64)> = runs
+            .iter()
+            .flat_map(|r| r.label_rows.iter().map(|(k, v)| (r.run_id, k.as_str(), v.as_str(), r.now)))
+            .collect();
+        let actions: Vec<(&str, &str, i64)> =
+            runs.iter().flat_map(|r| r.actions.iter().map(|a| (r.run_id, a.as_str(), r.now))).collect();
         sqlx::query(RUNS_INSERT)
             .bind(plans.iter().map(|p| p.plan_id).collect::<Vec<&str>>())
             .bind(plans.iter().map(|p| p.plan_body).collect::<Vec<&str>>())
@@ -65,6 +84,16 @@ impl RunsTx for Transaction<'_, Postgres> {
             .bind(runs.iter().map(|r| r.idempotency_key).collect::<Vec<Option<&str>>>())
             .bind(runs.iter().map(|r| r.steps).collect::<Vec<i64>>())
             .bind(runs.iter().map(|r| r.now).collect::<Vec<i64>>())
+            .bind(runs.iter().map(|r| r.goal).collect::<Vec<Option<&str>>>())
+            .bind(runs.iter().map(|r| r.goal_search).collect::<Vec<Option<&str>>>())
+            .bind(runs.iter().map(|r| r.labels).collect::<Vec<&str>>())
+            .bind(labels.iter().map(|l| l.0).collect::<Vec<&str>>())
+            .bind(labels.iter().map(|l| l.1).collect::<Vec<&str>>())
+            .bind(labels.iter().map(|l| l.2).collect::<Vec<&str>>())
+            .bind(labels.iter().map(|l| l.3).collect::<Vec<i64>>())
+            .bind(actions.iter().map(|a| a.0).collect::<Vec<&str>>())
+            .bind(actions.iter().map(|a| a.1).collect::<Vec<&str>>())
+            .bind(actions.iter().map(|a| a.2).collect::<Vec<i64>>())
             .execute(&mut **self)
             .await?;
         Ok(())

@@ -72,6 +72,7 @@ mod pause;
 mod read;
 mod repair;
 mod retry;
+mod run_filter;
 mod settle;
 mod submit;
 mod writer;

@@ -28,6 +28,7 @@ fn no_sqlite_migration_changed_once_released() {
         (13, "56794654763723e217d822b92be4648675de24e010cc9ccf361b8b3a917fd706366c998f992837e94800175410908cb9"),
         (14, "26af60728454b10e25c9f92baf629f56d179b9575cdea8a449a09d3950067aa31efe7600c6eb633d8a15d7727d3ce40e"),
         (15, "ce3735e073869833a0b983d66eacc562782cee2ae3b395661c8485b0089d3a5ac8558e824fcba08c57bdffbe59c9a88e"),
+        (16, "9b103af7f7fda17d14a0fba261b4e3c5a8789b919908d16d6da05509eabf0cc0fd9bc028f30789bd147678086f50f9a5"),
     ]);
     assert_eq!(checksums(&SQLITE_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }
@@ -50,6 +51,7 @@ fn no_postgres_migration_changed_once_released() {
         (13, "77976ff026056ae99f13520b31ea8c8f1b818af019844a3b7421ba0ad5ca2ee4d1b86e2dd47d209d6bd0081f31aa116a"),
         (14, "27036239c0cf3768bd6edf293df2ec8b4bf9100dbb9a2a90b0948d258de28f4e8a4ff1d6823e746bc517d8dc6d3f9e0f"),
         (15, "9550821ddfbf43ace0e800a89422ec82d644605c9bd5928bb406bfabaf871efc92048d04038da03ff8d319533301edc6"),
+        (16, "4694170e5f8400c264d59dfbf2804c7221f4df95db87f9fea5bb134120d8d4e290b771b14e7fdf53c098f77e1230007f"),
     ]);
     assert_eq!(checksums(&POSTGRES_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }

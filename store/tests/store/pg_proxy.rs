@@ -27,6 +27,7 @@ pub async fn create_r1(store: &Store, chain: bool) {
         plan,
         input: serde_json::json!({}),
         idempotency_key: None,
+        labels: Default::default(),
         timers: vec![],
         now_ms: 1,
     };

@@ -33,7 +33,7 @@ fn charge_plan() -> Value {
 }
 
 fn keyed(plan: Value, key: &str) -> SubmitRequest {
-    SubmitRequest { plan, input: None, idempotency_key: Some(key.to_owned()) }
+    SubmitRequest { plan, input: None, idempotency_key: Some(key.to_owned()), labels: Default::default() }
 }
 
 on_both_backends!(d11_concurrent_submissions_with_one_key_make_one_run);

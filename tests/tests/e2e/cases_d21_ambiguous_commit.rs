@@ -284,7 +284,8 @@ async fn d21_a_retry_whose_failure_lost_its_commit_answer_happens_at_next_attemp
 async fn d21_a_submission_whose_commit_answer_was_lost_is_one_run_and_its_retry_returns_it() {
     let (app, armed) = engine_behind_proxy(b"INSERT INTO runs").await;
     let plan = json!({"steps": [{"id": "charge", "action": "noop", "args": {"order": "o-1"}}]});
-    let request = SubmitRequest { plan, input: None, idempotency_key: Some("order-o-1".into()) };
+    let request =
+        SubmitRequest { plan, input: None, idempotency_key: Some("order-o-1".into()), labels: Default::default() };
     armed.store(true, Ordering::SeqCst);
 
     let first = app.engine.submit(&request).await.unwrap();

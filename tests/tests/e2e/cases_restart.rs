@@ -236,7 +236,7 @@ async fn c24_a_fifty_thousand_wide_plan_is_rejected_at_submit_and_nothing_is_sto
     steps.splice(1..1, children);
     steps.last_mut().unwrap()["depends_on"] = json!(ids);
     let app = TestApp::with_config(backend, START, wide_config()).await;
-    let req = SubmitRequest { plan: plan.clone(), input: None, idempotency_key: None };
+    let req = SubmitRequest { plan: plan.clone(), input: None, idempotency_key: None, labels: Default::default() };
     let Err(SubmitError::Invalid(diagnostics)) = app.engine.submit(&req).await else {
         panic!("{backend:?}: a plan above max_steps must be rejected");
     };

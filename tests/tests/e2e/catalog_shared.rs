@@ -58,11 +58,14 @@ async fn an_action_registered_through_one_orchestrator_is_accepted_by_another_an
         plan: json!({"steps": [{"id": "x", "action": "crm.refund", "args": {}}]}),
         input: None,
         idempotency_key: None,
+        labels: Default::default(),
     };
     let before = other_engine(&app).await;
     assert!(
         matches!(
-            before.submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None }).await,
+            before
+                .submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None, labels: Default::default() })
+                .await,
             Err(SubmitError::Invalid(_))
         ),
         "{backend:?}: unknown before any worker registered it"
@@ -70,9 +73,13 @@ async fn an_action_registered_through_one_orchestrator_is_accepted_by_another_an
 
     let _worker = register(&app).await;
     // `before` started ahead of the registration: it finds the action in the database when a plan needs it.
-    let through_other = before.submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None }).await;
+    let through_other = before
+        .submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None, labels: Default::default() })
+        .await;
     let restarted = other_engine(&app).await;
-    let after_restart = restarted.submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None }).await;
+    let after_restart = restarted
+        .submit(&SubmitRequest { plan: plan(), input: None, idempotency_key: None, labels: Default::default() })
+        .await;
     let refused = restarted.submit(&never).await;
 
     let dir = cairn_tests::http::TempDir::new();
@@ -89,7 +96,9 @@ async fn an_action_registered_through_one_orchestrator_is_accepted_by_another_an
     let unknown = diagnostics.iter().find(|d| d.code.as_str() == "unknown_action").unwrap();
     assert!(unknown.hint.as_deref().unwrap_or("").contains("crm.lookup"), "{backend:?}: lists what is: {unknown:?}");
     let bad_args = json!({"steps": [{"id": "who", "action": "crm.lookup", "args": {"id": 7}}]});
-    let refused = restarted.submit(&SubmitRequest { plan: bad_args, input: None, idempotency_key: None }).await;
+    let refused = restarted
+        .submit(&SubmitRequest { plan: bad_args, input: None, idempotency_key: None, labels: Default::default() })
+        .await;
     assert!(
         matches!(refused, Err(SubmitError::Invalid(ref d)) if d.iter().any(|d| d.code.as_str() == "args_schema")),
         "{backend:?}: its stored schema checks args: {refused:?}"

@@ -38,7 +38,10 @@ async fn an_hour_step_of_the_host_clock_either_way_leaves_a_healthy_attempt_alon
         let host = Arc::new(ManualClock::new(START.parse().unwrap()));
         let (engine, _database) = engine_over(backend, host.clone()).await;
         let plan = json!({"steps": [{"id": "a", "action": "noop", "args": {}, "timeout_ms": 60_000}]});
-        let run = engine.submit(&SubmitRequest { plan, input: None, idempotency_key: None }).await.unwrap();
+        let run = engine
+            .submit(&SubmitRequest { plan, input: None, idempotency_key: None, labels: Default::default() })
+            .await
+            .unwrap();
         let lease = engine.claim("w1", &["noop".to_owned()], 1).await.unwrap().remove(0).lease;
 
         host.set(host.now() + jiff::SignedDuration::from_hours(step_hours));

@@ -78,6 +78,7 @@ async fn a_waiting_poll_receives_a_new_runs_root_and_concurrent_keyed_submission
             plan: plan.clone(),
             input: None,
             idempotency_key: Some("order-7".into()),
+            labels: Default::default(),
         };
         let engine = app.engine.clone();
         async move { engine.submit(&req).await.unwrap() }

@@ -55,6 +55,7 @@ fn keyed(key: &str) -> SubmitRequest {
         plan: json!({"steps": [{"id": "a", "action": "noop", "args": {}}]}),
         input: None,
         idempotency_key: Some(key.into()),
+        labels: Default::default(),
     }
 }
 

@@ -6,11 +6,12 @@
 //!
 //! Run one module with `cargo test -p cairn-tests --test e2e cases_d21_` (a name filter).
 
-// The REST API: limits, bad input, behaviour, the cases' API checks.
+// The REST API: limits, bad input, behaviour, the cases' API checks, finding runs and bulk operations.
 mod api_abuse_limits;
 mod api_bad_input;
 mod api_behaviour;
 mod api_cases;
+mod api_run_search;
 
 // `cairn bench` across orchestrators.
 mod bench_orchestrators;

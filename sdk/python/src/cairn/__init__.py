@@ -38,6 +38,10 @@ from .errors import (
 )
 from .models import (
     ActionInfo,
+    AttentionStep,
+    BulkOutcome,
+    BulkResult,
+    RunPage,
     Diagnostic,
     Draft,
     Event,
@@ -76,6 +80,10 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "Run",
+    "RunPage",
+    "AttentionStep",
+    "BulkResult",
+    "BulkOutcome",
     "Step",
     "Failure",
     "RunFailure",

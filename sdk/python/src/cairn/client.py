@@ -12,11 +12,14 @@ from urllib.parse import quote
 import httpx
 
 from .errors import ApiError, Conflict, InvalidPlan, NotFound, Unauthorized, Unavailable
+from . import filters as _filters
 from .models import (
     ActionInfo,
+    BulkResult,
     Draft,
     Event,
     Run,
+    RunPage,
     Schedule,
     ScheduleFire,
     Validation,
@@ -62,8 +65,11 @@ def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
-def _submit_body(plan: Any, input: Any, idempotency_key: Optional[str]) -> dict[str, Any]:
+def _submit_body(plan: Any, input: Any, idempotency_key: Optional[str],
+                 labels: Optional[dict[str, str]] = None) -> dict[str, Any]:
     body: dict[str, Any] = {"plan": load_plan(plan)}
+    if labels:
+        body["labels"] = dict(labels)
     if input is not None:
         body["input"] = input
     if idempotency_key is not None:
@@ -162,19 +168,21 @@ class Client(_Common):
 
     # --- runs -------------------------------------------------------------------------------------------------
 
-    def submit(self, plan: Any, input: Any = None, idempotency_key: Optional[str] = None) -> Run:
+    def submit(self, plan: Any, input: Any = None, idempotency_key: Optional[str] = None,
+               labels: Optional[dict[str, str]] = None) -> Run:
         """Submits ``plan`` (a dict, or the path of a JSON/YAML file) and returns the new run at once.
 
         With ``idempotency_key``, the same key and plan return the existing run; the same key with another plan
         raises :class:`cairn.Conflict`. An invalid plan raises :class:`cairn.InvalidPlan` with every diagnostic,
-        and nothing is stored.
+        and nothing is stored. ``labels`` (at most 16; keys ``[a-z0-9_.-]``) find the run again (:meth:`runs`).
         """
-        return Run.model_validate(self._request("POST", "/v1/runs", _submit_body(plan, input, idempotency_key)))
+        body = _submit_body(plan, input, idempotency_key, labels)
+        return Run.model_validate(self._request("POST", "/v1/runs", body))
 
     def run(self, plan: Any, input: Any = None, idempotency_key: Optional[str] = None,
-            timeout: Optional[float] = None) -> Run:
+            timeout: Optional[float] = None, labels: Optional[dict[str, str]] = None) -> Run:
         """Submits ``plan`` and waits until the run finishes (see :meth:`wait`); returns the final run."""
-        submitted = self.submit(plan, input=input, idempotency_key=idempotency_key)
+        submitted = self.submit(plan, input=input, idempotency_key=idempotency_key, labels=labels)
         return self.wait(submitted.id, timeout=timeout)
 
     def get(self, run_id: str) -> Run:
@@ -185,12 +193,48 @@ class Client(_Common):
         """The run without its steps (one key lookup, however large the run)."""
         return Run.model_validate(self._request("GET", f"/v1/runs/{_seg(run_id)}", params={"view": "summary"}))
 
-    def runs(self, status: Optional[str] = None, limit: int = 50, offset: int = 0) -> list[Run]:
-        """Runs, newest first (summaries), optionally only those with ``status``."""
-        params: dict[str, Any] = {"limit": limit, "offset": offset}
-        if status:
-            params["status"] = status
+    def runs(self, status: Any = None, limit: int = 50, offset: int = 0, **filters: Any) -> list[Run]:
+        """Runs, newest first (summaries), that match the filters (:mod:`cairn.filters`: ``status``, ``labels``,
+        ``q``, ``action``, ``created_after``, ``created_before``, ``idempotency_key``, ``attention``)."""
+        params = _filters.query(status, **filters) + [("limit", str(limit)), ("offset", str(offset))]
         return [Run.model_validate(r) for r in self._request("GET", "/v1/runs", params=params)["runs"]]
+
+    def runs_page(self, limit: int = 50, cursor: Optional[str] = None, **filters: Any) -> RunPage:
+        """One page of :meth:`runs`; pass its ``next_cursor`` as ``cursor`` for the next."""
+        params = _filters.query(**filters) + [("limit", str(limit))]
+        if cursor:
+            params.append(("cursor", cursor))
+        return RunPage.model_validate(self._request("GET", "/v1/runs", params=params))
+
+    def iter_runs(self, page_size: int = 100, **filters: Any) -> Iterator[Run]:
+        """Every run the filters match, newest first, page by page (a cursor: no run twice, none skipped)."""
+        cursor: Optional[str] = None
+        while True:
+            page = self.runs_page(limit=page_size, cursor=cursor, **filters)
+            yield from page.runs
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def cancel_runs(self, dry_run: bool = False, by: Optional[str] = None, reason: Optional[str] = None,
+                    **filters: Any) -> BulkResult:
+        """Cancels every open run the filters match (at most 1,000 a call; ``more`` says when others remain).
+        ``dry_run=True`` only counts them. An empty filter is refused."""
+        return self._bulk("cancel", dry_run, by, reason, filters)
+
+    def redrive_runs(self, dry_run: bool = False, by: Optional[str] = None, reason: Optional[str] = None,
+                     **filters: Any) -> BulkResult:
+        """:meth:`redrive` for every failed or cancelled run the filters match (as :meth:`cancel_runs`)."""
+        return self._bulk("redrive", dry_run, by, reason, filters)
+
+    def retry_failed_runs(self, dry_run: bool = False, by: Optional[str] = None, reason: Optional[str] = None,
+                          **filters: Any) -> BulkResult:
+        """:meth:`retry` of every failed step of the runs the filters match (as :meth:`cancel_runs`)."""
+        return self._bulk("retry-failed", dry_run, by, reason, filters)
+
+    def _bulk(self, verb: str, dry_run: bool, by: Optional[str], reason: Optional[str], filters: dict) -> BulkResult:
+        body = _filters.bulk_body(dry_run, by, reason, **filters)
+        return BulkResult.model_validate(self._request("POST", f"/v1/runs:{verb}", body))
 
     def wait(self, run_id: str, timeout: Optional[float] = None) -> Run:
         """Waits until the run is ``succeeded``, ``failed`` or ``cancelled`` and returns it with its steps.
@@ -356,12 +400,14 @@ class Schedules:
 
     def create(self, cron: str, plan: Any, *, id: Optional[str] = None, timezone: Optional[str] = None,
                input: Any = None, overlap: Optional[str] = None, misfire: Optional[str] = None,
-               catch_up_max: Optional[int] = None, paused: bool = False) -> Schedule:
+               catch_up_max: Optional[int] = None, paused: bool = False,
+               labels: Optional[dict[str, str]] = None) -> Schedule:
         """Creates a schedule running ``plan`` at each tick of ``cron`` in ``timezone`` (UTC by default).
         ``overlap``: ``skip`` (default), ``allow``, ``cancel_previous``; ``misfire``: ``fire_once`` (default),
-        ``skip``, ``catch_up``."""
+        ``skip``, ``catch_up``; ``labels`` go on every run it starts."""
         body = _schedule_body(id=id, cron=cron, timezone=timezone, plan=plan, input=input, overlap=overlap,
-                              misfire=misfire, catch_up_max=catch_up_max, paused=paused or None)
+                              misfire=misfire, catch_up_max=catch_up_max, paused=paused or None,
+                              labels=labels or None)
         return Schedule.model_validate(self._c._request("POST", "/v1/schedules", body))
 
     def list(self) -> list[Schedule]:
@@ -438,15 +484,16 @@ class AsyncClient(_Common):
             return None
         return response.json()
 
-    async def submit(self, plan: Any, input: Any = None, idempotency_key: Optional[str] = None) -> Run:
+    async def submit(self, plan: Any, input: Any = None, idempotency_key: Optional[str] = None,
+                     labels: Optional[dict[str, str]] = None) -> Run:
         """See :meth:`Client.submit`."""
-        body = _submit_body(plan, input, idempotency_key)
+        body = _submit_body(plan, input, idempotency_key, labels)
         return Run.model_validate(await self._request("POST", "/v1/runs", body))
 
     async def run(self, plan: Any, input: Any = None, idempotency_key: Optional[str] = None,
-                  timeout: Optional[float] = None) -> Run:
+                  timeout: Optional[float] = None, labels: Optional[dict[str, str]] = None) -> Run:
         """See :meth:`Client.run`."""
-        submitted = await self.submit(plan, input=input, idempotency_key=idempotency_key)
+        submitted = await self.submit(plan, input=input, idempotency_key=idempotency_key, labels=labels)
         return await self.wait(submitted.id, timeout=timeout)
 
     async def get(self, run_id: str) -> Run:
@@ -458,12 +505,48 @@ class AsyncClient(_Common):
         body = await self._request("GET", f"/v1/runs/{_seg(run_id)}", params={"view": "summary"})
         return Run.model_validate(body)
 
-    async def runs(self, status: Optional[str] = None, limit: int = 50, offset: int = 0) -> list[Run]:
+    async def runs(self, status: Any = None, limit: int = 50, offset: int = 0, **filters: Any) -> list[Run]:
         """See :meth:`Client.runs`."""
-        params: dict[str, Any] = {"limit": limit, "offset": offset}
-        if status:
-            params["status"] = status
+        params = _filters.query(status, **filters) + [("limit", str(limit)), ("offset", str(offset))]
         return [Run.model_validate(r) for r in (await self._request("GET", "/v1/runs", params=params))["runs"]]
+
+    async def runs_page(self, limit: int = 50, cursor: Optional[str] = None, **filters: Any) -> RunPage:
+        """See :meth:`Client.runs_page`."""
+        params = _filters.query(**filters) + [("limit", str(limit))]
+        if cursor:
+            params.append(("cursor", cursor))
+        return RunPage.model_validate(await self._request("GET", "/v1/runs", params=params))
+
+    async def iter_runs(self, page_size: int = 100, **filters: Any) -> AsyncIterator[Run]:
+        """See :meth:`Client.iter_runs`."""
+        cursor: Optional[str] = None
+        while True:
+            page = await self.runs_page(limit=page_size, cursor=cursor, **filters)
+            for run in page.runs:
+                yield run
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def cancel_runs(self, dry_run: bool = False, by: Optional[str] = None, reason: Optional[str] = None,
+                          **filters: Any) -> BulkResult:
+        """See :meth:`Client.cancel_runs`."""
+        return await self._bulk("cancel", dry_run, by, reason, filters)
+
+    async def redrive_runs(self, dry_run: bool = False, by: Optional[str] = None, reason: Optional[str] = None,
+                           **filters: Any) -> BulkResult:
+        """See :meth:`Client.redrive_runs`."""
+        return await self._bulk("redrive", dry_run, by, reason, filters)
+
+    async def retry_failed_runs(self, dry_run: bool = False, by: Optional[str] = None,
+                                reason: Optional[str] = None, **filters: Any) -> BulkResult:
+        """See :meth:`Client.retry_failed_runs`."""
+        return await self._bulk("retry-failed", dry_run, by, reason, filters)
+
+    async def _bulk(self, verb: str, dry_run: bool, by: Optional[str], reason: Optional[str],
+                    filters: dict) -> BulkResult:
+        body = _filters.bulk_body(dry_run, by, reason, **filters)
+        return BulkResult.model_validate(await self._request("POST", f"/v1/runs:{verb}", body))
 
     async def wait(self, run_id: str, timeout: Optional[float] = None) -> Run:
         """See :meth:`Client.wait`."""
@@ -600,10 +683,12 @@ class AsyncSchedules:
 
     async def create(self, cron: str, plan: Any, *, id: Optional[str] = None, timezone: Optional[str] = None,
                      input: Any = None, overlap: Optional[str] = None, misfire: Optional[str] = None,
-                     catch_up_max: Optional[int] = None, paused: bool = False) -> Schedule:
+                     catch_up_max: Optional[int] = None, paused: bool = False,
+                     labels: Optional[dict[str, str]] = None) -> Schedule:
         """See :meth:`Schedules.create`."""
         body = _schedule_body(id=id, cron=cron, timezone=timezone, plan=plan, input=input, overlap=overlap,
-                              misfire=misfire, catch_up_max=catch_up_max, paused=paused or None)
+                              misfire=misfire, catch_up_max=catch_up_max, paused=paused or None,
+                              labels=labels or None)
         return Schedule.model_validate(await self._c._request("POST", "/v1/schedules", body))
 
     async def list(self) -> list[Schedule]:

@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "Run",
+    "RunPage",
+    "AttentionStep",
+    "BulkResult",
+    "BulkOutcome",
     "Step",
     "Failure",
     "RunFailure",
@@ -129,6 +133,16 @@ class Step(_Model):
         return _at(self.available_at_ms)
 
 
+class AttentionStep(_Model):
+    """A step that waits for an operator (``runs(attention=True)``)."""
+
+    step_id: str
+    #: ``outcome_unknown``, ``waiting_approval``, ``retrying`` or ``waiting_for_worker``.
+    reason: str
+    #: When a ready step is (or was) due, or an approval's deadline, ms since the epoch.
+    available_at_ms: Optional[int] = None
+
+
 class Run(_Model):
     """A run. From ``get``/``submit``/``wait`` it has its ``steps``; listed runs carry the summary only."""
 
@@ -145,6 +159,12 @@ class Run(_Model):
     rerun_of: Optional[str] = None
     #: The run's input (``get``/``submit``/``wait`` only).
     input: Any = None
+    #: The plan's goal.
+    goal: Optional[str] = None
+    #: Labels set at submission (or by the schedule that started the run).
+    labels: dict[str, str] = {}
+    #: Listed with ``attention=True``: the steps that wait for an operator and why.
+    attention: list[AttentionStep] = []
     steps: list[Step] = []
 
     @property
@@ -230,6 +250,8 @@ class Schedule(_Model):
     misfire: Optional[str] = None
     catch_up_max: Optional[int] = None
     paused: bool = False
+    #: Labels put on every run the schedule starts.
+    labels: dict[str, str] = {}
     next_fire_at_ms: Optional[int] = None
     last_fire_at_ms: Optional[int] = None
     last_run_id: Optional[str] = None
@@ -255,3 +277,34 @@ class Draft(_Model):
     valid: bool
     plan: Any = None
     rounds: list[dict[str, Any]] = []
+
+
+class RunPage(_Model):
+    """One page of ``runs_page``: the runs, and the cursor of the next page (``None`` on the last)."""
+
+    runs: list[Run] = []
+    next_cursor: Optional[str] = None
+
+
+class BulkOutcome(_Model):
+    """What a bulk operation did to one run."""
+
+    id: str
+    changed: bool
+    #: ``cancelled``, ``already_finished``, ``redriven``, ``retried``, ``no_failed_steps`` or ``refused``.
+    outcome: str
+    #: Why a run was refused.
+    message: Optional[str] = None
+    #: The steps redriven or retried.
+    steps: list[str] = []
+
+
+class BulkResult(_Model):
+    """The answer of a bulk operation: how many runs matched, and (unless a dry run) what happened to each."""
+
+    matched: int
+    dry_run: bool = False
+    changed: int = 0
+    runs: list[BulkOutcome] = []
+    #: More runs matched than one request changes (1,000): call again to go on.
+    more: bool = False

@@ -70,6 +70,7 @@ pub fn new_run(run_id: &str, doc: &Value) -> NewRun {
         timers: vec![None; plan.steps.len()],
         plan,
         idempotency_key: None,
+        labels: Default::default(),
         now_ms: T0,
     }
 }

@@ -103,7 +103,7 @@ impl Orchestrator {
 
     /// Submits a plan and returns the run id.
     pub async fn submit(&self, plan: Value) -> String {
-        let req = SubmitRequest { plan, input: None, idempotency_key: None };
+        let req = SubmitRequest { plan, input: None, idempotency_key: None, labels: Default::default() };
         match self.engine.submit(&req).await {
             Ok(submitted) => submitted.run_id,
             Err(e) => panic!("submit failed: {e}: {e:?}"),
