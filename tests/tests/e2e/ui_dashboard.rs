@@ -50,8 +50,13 @@ async fn the_run_list_shows_runs_and_a_run_page_draws_its_dag_and_timeline() {
     let dashboard = Dashboard::open(&orchestrator, 1280, 900).await;
 
     dashboard.wait_for(&format!("tr[data-run-id='{run_id}'][data-status='succeeded']")).await;
-    dashboard.wait_for(&format!("tr[data-run-id='{second}']")).await;
+    let listed_goal = dashboard.wait_for(&format!("tr[data-run-id='{second}'] td.goal")).await.text().await.unwrap();
+    dashboard.wait_for(&format!("tr[data-run-id='{third}'][data-status='running']")).await;
     dashboard.screenshot("run-list").await;
+    dashboard.goto("/ui/attention").await;
+    dashboard.wait_for(&format!("tr[data-run-id='{third}']")).await;
+    let attention = dashboard.script("return document.querySelectorAll('#runs tbody tr').length;").await;
+    dashboard.screenshot("attention").await;
     dashboard.goto(&format!("/ui/runs/{second}")).await;
     let goal = dashboard.wait_for("#run-goal").await.text().await.unwrap();
     let injected = dashboard.script("return document.getElementById('injected') !== null;").await;
@@ -66,6 +71,8 @@ async fn the_run_list_shows_runs_and_a_run_page_draws_its_dag_and_timeline() {
     dashboard.close().await;
 
     assert_eq!(goal, "<b id=injected>bold</b> goal", "a goal is shown as text");
+    assert_eq!(listed_goal, goal, "the run list shows the goal");
+    assert_eq!(attention, json!(1), "only the run waiting for approval needs attention");
     assert_eq!(injected, json!(false), "markup in a goal is never parsed");
     let expected = ["fetch", "parse", "score", "report"].map(|s| json!([s, "succeeded"]));
     assert_eq!(nodes, json!(expected), "one node per step, with its status");
@@ -261,7 +268,6 @@ async fn without_an_api_token_the_dashboard_needs_no_login_and_no_csrf_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs run labels at submit and the `label` filter of GET /v1/runs (issue 34, being built on main)"]
 async fn the_run_list_filters_by_label_and_shows_labels() {
     let dir = TempDir::new();
     let orchestrator = Orchestrator::start(Backend::Sqlite, dir.path(), 10_000).await;
