@@ -78,6 +78,7 @@ mod shutdown_signals;
 mod template_database;
 
 // The web dashboard in headless chromium: the browser harness and the pages.
+mod ui_api;
 mod ui_browser;
 mod ui_dashboard;
 

@@ -40,7 +40,9 @@ async fn the_run_list_shows_runs_and_a_run_page_draws_its_dag_and_timeline() {
     orchestrator.wait_run(&run_id, "the diamond ends", LIMIT, ended).await;
     let mut hostile = diamond();
     hostile["goal"] = json!("<b id=injected>bold</b> goal");
-    let second = orchestrator.submit(hostile).await;
+    let (_, second) =
+        orchestrator.post("/v1/runs", &json!({"plan": hostile, "labels": {"team": "ops", "env": "prod"}})).await;
+    let second = second["id"].as_str().unwrap().to_owned();
     orchestrator.wait_run(&second, "the second run ends", LIMIT, ended).await;
     let waiting = json!({"goal": "Publish the weekly digest after review", "steps": [
         {"id": "draft", "action": "noop", "args": {}},
@@ -56,6 +58,7 @@ async fn the_run_list_shows_runs_and_a_run_page_draws_its_dag_and_timeline() {
     dashboard.goto("/ui/attention").await;
     dashboard.wait_for(&format!("tr[data-run-id='{third}']")).await;
     let attention = dashboard.script("return document.querySelectorAll('#runs tbody tr').length;").await;
+    let why = dashboard.wait_for(&format!("tr[data-run-id='{third}'] td.why-list")).await.text().await.unwrap();
     dashboard.screenshot("attention").await;
     dashboard.goto(&format!("/ui/runs/{second}")).await;
     let goal = dashboard.wait_for("#run-goal").await.text().await.unwrap();
@@ -73,6 +76,7 @@ async fn the_run_list_shows_runs_and_a_run_page_draws_its_dag_and_timeline() {
     assert_eq!(goal, "<b id=injected>bold</b> goal", "a goal is shown as text");
     assert_eq!(listed_goal, goal, "the run list shows the goal");
     assert_eq!(attention, json!(1), "only the run waiting for approval needs attention");
+    assert_eq!(why, "publish waiting approval", "the inbox says which step needs what");
     assert_eq!(injected, json!(false), "markup in a goal is never parsed");
     let expected = ["fetch", "parse", "score", "report"].map(|s| json!([s, "succeeded"]));
     assert_eq!(nodes, json!(expected), "one node per step, with its status");

@@ -13,6 +13,8 @@ const RunList = (() => {
     if (!runs.length) return el("p", { class: "empty", id: "no-runs", text: "No runs match." });
     // Goal and labels are columns only when the API lists them (an orchestrator before issue 34 does not).
     const hasGoal = runs.some((r) => "goal" in r), hasLabels = runs.some((r) => "labels" in r);
+    // With `attention=true` each run says which steps need a person, and why.
+    const hasWhy = runs.some((r) => Array.isArray(r.attention));
     const rows = runs.map((run) => {
       const end = run.finished_at_ms || Date.now();
       return el("tr", { "data-run-id": run.id, "data-status": run.status },
@@ -21,13 +23,16 @@ const RunList = (() => {
         el("td", { "data-label": "Status" }, status(run.status)),
         hasGoal ? el("td", { "data-label": "Goal", class: "goal", text: run.goal || "—" }) : null,
         hasLabels ? el("td", { "data-label": "Labels", class: "labels" }, labels(run)) : null,
+        hasWhy ? el("td", { "data-label": "Needs", class: "why-list" }, (run.attention || []).map((a) =>
+          el("div", {}, el("span", { class: "mono", text: a.step_id }), " ",
+            el("span", { class: `status ${a.reason}`, text: a.reason.replace(/_/g, " ") })))) : null,
         el("td", { "data-label": "Age", title: new Date(run.created_at_ms).toISOString(), text: age(run.created_at_ms) }),
         el("td", { "data-label": "Duration", text: duration(end - run.created_at_ms) }),
         el("td", { "data-label": "Steps", class: "muted",
           text: `${run.step_count - run.open_steps}/${run.step_count}` }));
     });
     return el("table", { class: "grid", id: "runs" },
-      el("thead", {}, el("tr", {}, ["Run", "Status", hasGoal && "Goal", hasLabels && "Labels", "Age", "Duration", "Steps"]
+      el("thead", {}, el("tr", {}, ["Run", "Status", hasGoal && "Goal", hasLabels && "Labels", hasWhy && "Needs", "Age", "Duration", "Steps"]
         .filter(Boolean).map((h) => el("th", { text: h })))),
       el("tbody", {}, rows));
   }
