@@ -9,11 +9,11 @@
 
 pub mod session;
 
-use axum::extract::{Form, State};
+use axum::Router;
+use axum::extract::{Form, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Router, extract::Path};
 use serde::Deserialize;
 
 use crate::Engine;
@@ -70,17 +70,37 @@ fn document(body: String) -> Response {
     answer
 }
 
-fn see_other(to: &'static str) -> Response {
-    (StatusCode::SEE_OTHER, [(header::LOCATION, HeaderValue::from_static(to))]).into_response()
+fn see_other(to: &str) -> Response {
+    match HeaderValue::from_str(to) {
+        Ok(location) => (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response(),
+        Err(_) => (StatusCode::SEE_OTHER, [(header::LOCATION, HeaderValue::from_static("/ui"))]).into_response(),
+    }
+}
+
+/// A dashboard path to return to after login, when it is one: under `/ui`, made of characters that need no
+/// escaping anywhere (run and step ids are), so it can go into the form and a `Location` as it is. Anything
+/// else (another site, a query, markup) is dropped: the login must not become an open redirect.
+fn return_path(path: &str) -> Option<&str> {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "/_.-".contains(c);
+    (path.starts_with("/ui/") && !path.contains("//") && path.chars().all(safe) && path.len() <= 512).then_some(path)
+}
+
+/// `next=PATH` of a query string.
+fn next_of(query: Option<&str>) -> Option<&str> {
+    query?.split('&').find_map(|pair| pair.strip_prefix("next=")).and_then(return_path)
 }
 
 /// Any dashboard page: the one document; the script renders by path. Without a session (when a token is
 /// configured) the login form instead.
-async fn page(State(ui): State<Dashboard>, headers: HeaderMap) -> Response {
+async fn page(State(ui): State<Dashboard>, uri: axum::http::Uri, headers: HeaderMap) -> Response {
     if let Some(token) = &ui.token
         && !session::has_session(token.expose_secret(), &headers, ui.engine.now_ms())
     {
-        return see_other("/ui/login");
+        // A link to a run opened without a session comes back to that run after the login.
+        return match return_path(uri.path()) {
+            Some(path) => see_other(&format!("/ui/login?next={path}")),
+            None => see_other("/ui/login"),
+        };
     }
     document(INDEX.to_owned())
 }
@@ -106,15 +126,19 @@ async fn login_form(State(ui): State<Dashboard>, uri: axum::http::Uri) -> Respon
         return see_other("/ui");
     }
     let failed = uri.query().is_some_and(|q| q.split('&').any(|p| p == "failed"));
-    // The only text put into the form is this fixed message, never anything from the request.
+    // What goes into the form is a fixed message and a return path checked to hold no markup.
     let message = if failed { "That token was not accepted." } else { "" };
-    document(LOGIN.replace("{{message}}", message))
+    let next = next_of(uri.query()).unwrap_or("/ui");
+    document(LOGIN.replace("{{message}}", message).replace("{{next}}", next))
 }
 
 /// Body of `POST /ui/login`.
 #[derive(Deserialize)]
 struct LoginForm {
     token: String,
+    /// Where to go after the login (a dashboard path, [`return_path`]).
+    #[serde(default)]
+    next: Option<String>,
 }
 
 /// `POST /ui/login` (`token=…`, a form): the API token once; on a match, the session and CSRF cookies and a
@@ -122,15 +146,19 @@ struct LoginForm {
 async fn login(State(ui): State<Dashboard>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
     let Some(token) = &ui.token else { return see_other("/ui") };
     let token = token.expose_secret();
+    let next = form.next.as_deref().and_then(return_path);
     if !session::same(form.token.trim().as_bytes(), token.as_bytes()) {
         let failures = ui.engine.metrics().auth_failures(Api::Rest);
         crate::auth::login_failed(Api::Rest, &failures, None, "POST /ui/login");
-        return see_other("/ui/login?failed");
+        return match next {
+            Some(next) => see_other(&format!("/ui/login?failed&next={next}")),
+            None => see_other("/ui/login?failed"),
+        };
     }
     let (value, csrf) = session::issue(token, ui.engine.now_ms());
     // Behind a TLS-terminating proxy the cookies must not travel over plain HTTP afterwards.
     let secure = headers.get("x-forwarded-proto").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
-    let mut answer = see_other("/ui");
+    let mut answer = see_other(next.unwrap_or("/ui"));
     for cookie in session::set_cookies(&value, &csrf, secure) {
         answer.headers_mut().append(header::SET_COOKIE, cookie);
     }
@@ -145,4 +173,18 @@ async fn logout() -> Response {
         answer.headers_mut().append(header::SET_COOKIE, cookie);
     }
     answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_dashboard_paths_without_markup_are_returned_to_after_login() {
+        assert_eq!(return_path("/ui/runs/01a2-b3"), Some("/ui/runs/01a2-b3"));
+        assert_eq!(return_path("/ui//evil.example"), None, "a protocol-relative URL");
+        assert_eq!(return_path("https://evil.example/ui/"), None);
+        assert_eq!(return_path("/ui/runs/\"><script>"), None);
+        assert_eq!(next_of(Some("failed&next=/ui/approvals")), Some("/ui/approvals"));
+    }
 }

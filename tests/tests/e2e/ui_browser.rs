@@ -195,6 +195,26 @@ impl Dashboard {
         .await;
     }
 
+    /// Types `text` into the input matching `css`, again until the input holds it: a live page may re-render
+    /// while keys arrive.
+    pub async fn type_into(&self, css: &str, text: &str) {
+        let client = self.client().clone();
+        within_or(
+            PAGE_LIMIT,
+            || {
+                let client = client.clone();
+                async move {
+                    let input = client.find(Locator::Css(css)).await.ok()?;
+                    input.clear().await.ok()?;
+                    input.send_keys(text).await.ok()?;
+                    (input.prop("value").await.ok()?? == text).then_some(())
+                }
+            },
+            || format!("waiting to type into `{css}`"),
+        )
+        .await;
+    }
+
     /// Runs `script` (a function body) in the page and returns its value.
     pub async fn script(&self, script: &str) -> Value {
         self.client().execute(script, vec![]).await.unwrap_or_else(|e| panic!("running `{script}`: {e}"))

@@ -105,7 +105,7 @@ async fn a_waiting_step_approved_from_the_page_lets_the_run_finish() {
     dashboard.goto(&format!("/ui/runs/{run_id}")).await;
     dashboard.wait_for("#dag g[data-step-id='ship'][data-status='waiting_approval']").await;
     dashboard.wait_for("#why-waiting").await;
-    dashboard.wait_for("#op-by").await.send_keys("alice").await.unwrap();
+    dashboard.type_into("#op-by", "alice").await;
     dashboard.click("#step-approve").await;
     // The page follows the run through its event stream: no reload.
     dashboard.wait_for("#dag g[data-step-id='ship'][data-status='succeeded']").await;
@@ -179,7 +179,8 @@ async fn the_login_sets_a_session_that_changes_state_only_with_its_csrf_token() 
     let browser = super::ui_browser::Browser::start(1280, 900).await;
     let dashboard = Dashboard { browser, base_url: orchestrator.base_url.clone() };
 
-    dashboard.goto("/ui").await;
+    // A link to a run, opened without a session: the login form, then that run.
+    dashboard.goto(&format!("/ui/runs/{run_id}")).await;
     dashboard.wait_for("#token").await.send_keys("not-the-token").await.unwrap();
     dashboard.click("#login-submit").await;
     dashboard
@@ -188,7 +189,9 @@ async fn the_login_sets_a_session_that_changes_state_only_with_its_csrf_token() 
             "document.getElementById('login-error').textContent.includes('not accepted')",
         )
         .await;
-    dashboard.log_in(orchestrator.api_token()).await;
+    dashboard.wait_for("#token").await.send_keys(orchestrator.api_token()).await.unwrap();
+    dashboard.click("#login-submit").await;
+    dashboard.wait_for("#dag g[data-step-id='w']").await;
     let cancel = format!("/v1/runs/{run_id}:cancel");
     let visible = dashboard.script("return document.cookie;").await;
     let without = dashboard
