@@ -93,7 +93,7 @@ async fn time(api: &Api, query: &str) -> anyhow::Result<(f64, f64, f64, usize)> 
     }
     let ms = sorted(ms);
     let round = |v: f64| (v * 100.0).round() / 100.0;
-    Ok((round(percentile(&ms, 50.0)), round(percentile(&ms, 99.0)), round(ms[ms.len() - 1]), listed))
+    Ok((round(percentile(&ms, 0.5)), round(percentile(&ms, 0.99)), round(ms[ms.len() - 1]), listed))
 }
 
 /// The queries timed, by name: each filter alone, two combinations, and the cursor of a deep page.

@@ -14,6 +14,8 @@ pub const ERROR: u8 = 2;
 pub const RUN_CANCELLED: u8 = 3;
 /// `run`, `submit`, `schedule create`: the server refused the plan as invalid (its diagnostics are printed).
 pub const INVALID_PLAN: u8 = 4;
+/// `run`, `watch`: stopped following with ctrl-c or SIGTERM; the run goes on (128 + SIGINT, as shells report).
+pub const INTERRUPTED: u8 = 130;
 
 /// `code` as the process's exit code.
 pub fn code(code: u8) -> ExitCode {

@@ -1,6 +1,6 @@
 -- Finding runs (`GET /v1/runs` filters, `cairn_store::RunFilter`).
 -- `goal`: the plan's goal, shown in listings; `goal_search`: the goal lower-cased (Unicode, by Cairn) for the
---   case-insensitive substring filter `q`.
+--   case-insensitive substring filter `q`, found through the trigram full-text table `run_goals`.
 -- `labels`: the run's labels as a JSON object, for reading; `run_labels` holds them one row each for filtering.
 ALTER TABLE runs ADD COLUMN goal TEXT;
 ALTER TABLE runs ADD COLUMN goal_search TEXT;
@@ -9,6 +9,17 @@ UPDATE runs SET goal = (SELECT json_extract(p.body, '$.goal') FROM plans p WHERE
 UPDATE runs SET goal_search = lower(goal);
 -- Newest first, whatever the status: the unfiltered listing and its cursor.
 CREATE INDEX runs_created_idx ON runs (created_at, id);
+
+-- The folded goals, by trigram, so `q` finds a rare substring without reading every run. It keeps its own copy
+-- with the run's id (a `runs` rowid is not stable across VACUUM); a trigger fills it with each new run.
+CREATE VIRTUAL TABLE run_goals USING fts5(run_id UNINDEXED, goal_search, tokenize = 'trigram');
+INSERT INTO run_goals (run_id, goal_search) SELECT id, goal_search FROM runs WHERE goal_search IS NOT NULL;
+CREATE TRIGGER runs_goal_insert AFTER INSERT ON runs WHEN new.goal_search IS NOT NULL BEGIN
+    INSERT INTO run_goals (run_id, goal_search) VALUES (new.id, new.goal_search);
+END;
+CREATE TRIGGER runs_goal_delete AFTER DELETE ON runs WHEN old.goal_search IS NOT NULL BEGIN
+    DELETE FROM run_goals WHERE run_id = old.id;
+END;
 
 -- One row per label; `created_at` is the run's, so a label's runs are read newest first from the index alone.
 CREATE TABLE run_labels (

@@ -48,6 +48,7 @@ mod read;
 mod reopen_tx;
 mod rows;
 mod run_filter;
+mod run_query;
 mod runs_tx;
 mod sql;
 mod sqlite;

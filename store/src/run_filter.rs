@@ -1,23 +1,23 @@
 //! Finding runs: [`RunFilter`] (what `GET /v1/runs` and the bulk operations filter on), keyset pages newest
 //! first ([`RunCursor`]), and the runs that need an operator's attention.
 //!
-//! Every filter is served by an index on both backends. One table drives the query and is read newest first
-//! from its index, so a page stops after `limit` rows however many runs match: the first label's rows
-//! (`run_labels_value_idx`), else the action's (`run_actions_action_idx`), else `runs` (`runs_status_created_idx`
-//! for a status, `runs_created_idx` otherwise). The other filters are checked on each row read: further labels
-//! by the `run_labels` key, `attention` against the few steps that need it (partial indexes on `steps`), `q`
-//! against the folded goal (a trigram index on PostgreSQL, which its planner uses when the goal is rare).
+//! Every filter is served by an index on both backends; [`crate::run_query`] chooses which one drives a listing
+//! and writes the statements.
 
 use std::fmt;
 use std::str::FromStr;
 
 use cairn_core::state::RunStatus;
+use sqlx::Connection;
 
+use crate::Store;
 use crate::error::StoreResult;
 use crate::model::RunSummary;
 use crate::read::run_summary;
 use crate::rows::RunRow;
-use crate::{Store, sql};
+use crate::run_query::{
+    Bind, Driver, Statement, attention_steps, choose, count_statement, estimates, obvious, page_statement,
+};
 
 /// A step that is due but not taken this long (ms) is "waiting for a worker" and needs attention.
 pub const WORKER_WAIT_MS: i64 = 60_000;
@@ -96,18 +96,6 @@ pub struct RunPage {
     pub next_cursor: Option<RunCursor>,
 }
 
-/// The steps that need attention (see [`RunFilter::attention_at`]), as a condition on `steps s`, with `$stale`
-/// (bound as the instant before which a due step counts as waiting for a worker) written by the caller.
-macro_rules! attention_steps {
-    ($stale:expr) => {
-        format!(
-            "(s.status IN ('outcome_unknown', 'waiting_approval') OR (s.status = 'ready' AND \
-             (s.attempt > s.attempt_base OR s.available_at <= {})))",
-            $stale
-        )
-    };
-}
-
 /// Why a step needs attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -135,121 +123,67 @@ pub struct AttentionStep {
     pub available_at_ms: Option<i64>,
 }
 
-/// A value bound to a statement.
-#[derive(Debug, Clone)]
-pub(crate) enum Bind {
-    Int(i64),
-    Text(String),
-}
-
-/// A statement's text with its binds, `$1`… in order.
-#[derive(Debug, Default)]
-pub(crate) struct Statement {
-    pub text: String,
-    pub binds: Vec<Bind>,
-}
-
-impl Statement {
-    /// Binds `value` and returns its placeholder.
-    fn bind(&mut self, value: Bind) -> String {
-        self.binds.push(value);
-        format!("${}", self.binds.len())
-    }
-}
-
-/// `FROM … WHERE …` of the filter, and the driving table's time and id columns (for order and cursor).
-fn from_where(filter: &RunFilter, st: &mut Statement) -> (&'static str, &'static str) {
-    let mut conditions = Vec::new();
-    let mut labels = filter.labels.iter();
-    let (from, at, id) = if let Some((key, value)) = labels.next() {
-        let (k, v) = (st.bind(Bind::Text(key.clone())), st.bind(Bind::Text(value.clone())));
-        conditions.push(format!("d.key = {k} AND d.value = {v}"));
-        ("run_labels d JOIN runs r ON r.id = d.run_id", "d.created_at", "d.run_id")
-    } else if let Some(action) = &filter.action {
-        conditions.push(format!("d.action = {}", st.bind(Bind::Text(action.clone()))));
-        ("run_actions d JOIN runs r ON r.id = d.run_id", "d.created_at", "d.run_id")
-    } else {
-        ("runs r", "r.created_at", "r.id")
-    };
-    if !filter.labels.is_empty()
-        && let Some(action) = &filter.action
-    {
-        let a = st.bind(Bind::Text(action.clone()));
-        conditions.push(format!("EXISTS (SELECT 1 FROM run_actions a WHERE a.run_id = r.id AND a.action = {a})"));
-    }
-    for (key, value) in labels {
-        let (k, v) = (st.bind(Bind::Text(key.clone())), st.bind(Bind::Text(value.clone())));
-        conditions.push(format!(
-            "EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id = r.id AND l.key = {k} AND l.value = {v})"
-        ));
-    }
-    if !filter.statuses.is_empty() {
-        let names: Vec<String> = filter.statuses.iter().map(|s| st.bind(Bind::Text(s.as_str().to_owned()))).collect();
-        conditions.push(format!("r.status IN ({})", names.join(", ")));
-    }
-    if let Some(after) = filter.created_after {
-        conditions.push(format!("{at} >= {}", st.bind(Bind::Int(after))));
-    }
-    if let Some(before) = filter.created_before {
-        conditions.push(format!("{at} < {}", st.bind(Bind::Int(before))));
-    }
-    if let Some(key) = &filter.idempotency_key {
-        conditions.push(format!("r.idempotency_key = {}", st.bind(Bind::Text(key.clone()))));
-    }
-    if let Some(q) = &filter.q {
-        let pattern = format!("%{}%", like_escaped(&q.to_lowercase()));
-        conditions.push(format!("r.goal_search LIKE {} ESCAPE '\\'", st.bind(Bind::Text(pattern))));
-    }
-    if let Some(now) = filter.attention_at {
-        let stale = st.bind(Bind::Int(now - WORKER_WAIT_MS));
-        conditions.push(format!(
-            "r.status IN ('pending', 'running', 'paused') AND r.id IN (SELECT s.run_id FROM steps s WHERE {})",
-            attention_steps!(stale)
-        ));
-    }
-    let filter_text =
-        if conditions.is_empty() { String::new() } else { format!(" WHERE {}", conditions.join(" AND ")) };
-    st.text.push_str(&format!(" FROM {from}{filter_text}"));
-    (at, id)
-}
-
-/// `text` with the `LIKE` wildcards `%`, `_` and the escape `\` escaped.
-fn like_escaped(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            out.push('\\');
+/// Reads a listing of `$filter` on one connection: chooses the driver (counting the candidates when the filter
+/// alone does not say), builds the statement with `$make(driver, sqlite)` and runs `$run` on it. PostgreSQL reads
+/// in a read-only transaction whose planner settings keep the plan on the driver's index ([`PG_LISTING`]); the
+/// trigram index, which only a bitmap scan reads, stays usable where the goal drives.
+macro_rules! listing {
+    ($store:expr, $filter:expr, $make:expr, |$st:ident: Statement, $db:ident, $conn:ident| $run:expr) => {
+        match $store {
+            Store::Sqlite(pool) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Sqlite;
+                let mut $conn = pool.acquire().await?;
+                let driver = driver!($db, $conn, $filter, true);
+                let $st = $make(driver, true);
+                $run
+            }
+            Store::Postgres(pool) => {
+                crate::postgres::deadline::on_connection(pool, async |connection| {
+                    #[allow(dead_code)]
+                    type $db = sqlx::Postgres;
+                    let mut $conn = connection.begin_with(PG_LISTING).await?;
+                    let driver = driver!($db, $conn, $filter, false);
+                    if driver != Driver::Goal {
+                        sqlx::query("SET LOCAL enable_bitmapscan = off").execute(&mut *$conn).await?;
+                    }
+                    let $st = $make(driver, false);
+                    let out = $run;
+                    $conn.commit().await?;
+                    Ok::<_, crate::StoreError>(out)
+                })
+                .await?
+            }
         }
-        out.push(c);
-    }
-    out
+    };
 }
 
-/// The page statement: the filter, then the cursor or offset, newest first, `limit + 1` rows (one more tells
-/// whether a next page exists).
-pub(crate) fn page_statement(filter: &RunFilter, start: &PageStart, limit: i64) -> Statement {
-    let mut st = Statement { text: format!("SELECT {}", sql::run_columns!(r)), binds: Vec::new() };
-    let (at, id) = from_where(filter, &mut st);
-    if let PageStart::After(cursor) = start {
-        let (t, i) = (st.bind(Bind::Int(cursor.created_at_ms)), st.bind(Bind::Text(cursor.run_id.clone())));
-        let joiner = if st.text.contains(" WHERE ") { " AND" } else { " WHERE" };
-        st.text.push_str(&format!("{joiner} ({at}, {id}) < ({t}, {i})"));
-    }
-    let n = st.bind(Bind::Int(limit + 1));
-    st.text.push_str(&format!(" ORDER BY {at} DESC, {id} DESC LIMIT {n} + 0"));
-    if let PageStart::Offset(offset) = start {
-        let o = st.bind(Bind::Int(*offset));
-        st.text.push_str(&format!(" OFFSET {o} + 0"));
-    }
-    st
+/// The driver of `$filter` ([`crate::run_query::choose`]), counting the candidates on `$conn`.
+macro_rules! driver {
+    ($db:ty, $conn:ident, $filter:expr, $sqlite:expr) => {
+        match obvious($filter) {
+            Some(driver) => driver,
+            None => {
+                let mut counted = Vec::new();
+                for (driver, st) in estimates($filter, $sqlite) {
+                    let n: i64 =
+                        bound!(sqlx::query_scalar::<$db, i64>(sqlx::AssertSqlSafe(st.text.as_str())), &st.binds)
+                            .fetch_one(&mut *$conn)
+                            .await?;
+                    counted.push((driver, n));
+                }
+                choose($filter, &counted)
+            }
+        }
+    };
 }
 
-/// The count statement: how many runs the filter matches.
-pub(crate) fn count_statement(filter: &RunFilter) -> Statement {
-    let mut st = Statement { text: "SELECT COUNT(*)".into(), binds: Vec::new() };
-    from_where(filter, &mut st);
-    st
-}
+/// How PostgreSQL reads a listing: read-only, with no sequential scan and no hash or merge join, so that even
+/// without statistics (a fresh database, or autovacuum off) the plan walks the driver's index in order and reads
+/// runs by key. Without them, one `GET /v1/runs` with two labels took 0.3–0.6 s over 100,000 runs (a nested loop
+/// over every run of the common label), against 3 ms.
+const PG_LISTING: &str = "BEGIN READ ONLY; SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; \
+     SET LOCAL enable_mergejoin = off";
 
 /// Binds `binds` to the sqlx query `$q`, in order. The statement's text is Cairn's own: every value in it is a
 /// bind.
@@ -272,9 +206,16 @@ impl Store {
     /// # Errors
     /// [`crate::StoreError::Database`] (retryable), [`crate::StoreError::Corrupt`].
     pub async fn runs_page(&self, filter: &RunFilter, start: &PageStart, limit: i64) -> StoreResult<RunPage> {
-        let st = page_statement(filter, start, limit);
-        let rows: Vec<RunRow> = on_pool!(self, Db, pool => bound!(sqlx::query_as::<Db, RunRow>(sqlx::AssertSqlSafe(st.text.as_str())), &st.binds)
-            .fetch_all(pool).await?);
+        let (after, offset) = match start {
+            PageStart::After(cursor) => (Some(cursor), 0),
+            PageStart::Offset(offset) => (None, *offset),
+        };
+        let page = |driver, sqlite| page_statement(filter, driver, sqlite, after, offset, limit);
+        let rows: Vec<RunRow> = listing!(self, filter, page, |st: Statement, Db, conn| {
+            bound!(sqlx::query_as::<Db, RunRow>(sqlx::AssertSqlSafe(st.text.as_str())), &st.binds)
+                .fetch_all(&mut *conn)
+                .await?
+        });
         let mut runs = rows.into_iter().map(run_summary).collect::<StoreResult<Vec<_>>>()?;
         let more = i64::try_from(runs.len()).unwrap_or(i64::MAX) > limit;
         runs.truncate(usize::try_from(limit).unwrap_or(0));
@@ -289,11 +230,12 @@ impl Store {
     /// # Errors
     /// [`crate::StoreError::Database`] (retryable).
     pub async fn runs_count(&self, filter: &RunFilter) -> StoreResult<i64> {
-        let st = count_statement(filter);
-        Ok(
-            on_pool!(self, Db, pool => bound!(sqlx::query_scalar::<Db, i64>(sqlx::AssertSqlSafe(st.text.as_str())), &st.binds)
-            .fetch_one(pool).await?),
-        )
+        let count = |driver, sqlite| count_statement(filter, driver, sqlite);
+        Ok(listing!(self, filter, count, |st: Statement, Db, conn| {
+            bound!(sqlx::query_scalar::<Db, i64>(sqlx::AssertSqlSafe(st.text.as_str())), &st.binds)
+                .fetch_one(&mut *conn)
+                .await?
+        }))
     }
 
     /// The steps of `run_ids` that need attention as of `now` ([`RunFilter::attention_at`]), by run and plan order.
@@ -311,7 +253,7 @@ impl Store {
                 "SELECT s.run_id, s.step_id, s.status, s.attempt, s.attempt_base, s.available_at FROM steps s \
                  WHERE s.run_id IN ({}) AND {} ORDER BY s.run_id, s.position",
                 ids.join(", "),
-                attention_steps!(stale)
+                attention_steps(&stale)
             );
             let rows: Vec<Row> = on_pool!(self, Db, pool => bound!(sqlx::query_as::<Db, Row>(
                 sqlx::AssertSqlSafe(st.text.as_str())), &st.binds).fetch_all(pool).await?);
@@ -349,24 +291,5 @@ mod tests {
         for bad in ["", "12", "x.abc", "12.", "-.a"] {
             assert_eq!(bad.parse::<RunCursor>(), Err(CursorError), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn like_wildcards_in_a_query_match_themselves() {
-        assert_eq!(like_escaped(r"50%_off\"), r"50\%\_off\\");
-    }
-
-    #[test]
-    fn the_first_label_drives_and_the_rest_are_checked() {
-        let filter = RunFilter {
-            labels: vec![("env".into(), "prod".into()), ("team".into(), "ops".into())],
-            action: Some("notify.send".into()),
-            ..RunFilter::default()
-        };
-        let st = page_statement(&filter, &PageStart::Offset(0), 50);
-        assert!(st.text.contains("FROM run_labels d JOIN runs r"), "{}", st.text);
-        assert!(st.text.contains("ORDER BY d.created_at DESC, d.run_id DESC"), "{}", st.text);
-        assert_eq!(st.text.matches("EXISTS").count(), 2, "{}", st.text);
-        assert_eq!(st.binds.len(), 8, "two labels, the action, limit and offset");
     }
 }

