@@ -195,6 +195,20 @@ impl Dashboard {
         .await;
     }
 
+    /// The text of the element matching `css`, once it is there (found again if a re-render replaced it).
+    pub async fn text_of(&self, css: &str) -> String {
+        let client = self.client().clone();
+        within_or(
+            PAGE_LIMIT,
+            || {
+                let client = client.clone();
+                async move { client.find(Locator::Css(css)).await.ok()?.text().await.ok() }
+            },
+            || format!("waiting for the text of `{css}`"),
+        )
+        .await
+    }
+
     /// Types `text` into the input matching `css`, again until the input holds it: a live page may re-render
     /// while keys arrive.
     pub async fn type_into(&self, css: &str, text: &str) {

@@ -52,16 +52,16 @@ async fn the_run_list_shows_runs_and_a_run_page_draws_its_dag_and_timeline() {
     let dashboard = Dashboard::open(&orchestrator, 1280, 900).await;
 
     dashboard.wait_for(&format!("tr[data-run-id='{run_id}'][data-status='succeeded']")).await;
-    let listed_goal = dashboard.wait_for(&format!("tr[data-run-id='{second}'] td.goal")).await.text().await.unwrap();
+    let listed_goal = dashboard.text_of(&format!("tr[data-run-id='{second}'] td.goal")).await;
     dashboard.wait_for(&format!("tr[data-run-id='{third}'][data-status='running']")).await;
     dashboard.screenshot("run-list").await;
     dashboard.goto("/ui/attention").await;
     dashboard.wait_for(&format!("tr[data-run-id='{third}']")).await;
     let attention = dashboard.script("return document.querySelectorAll('#runs tbody tr').length;").await;
-    let why = dashboard.wait_for(&format!("tr[data-run-id='{third}'] td.why-list")).await.text().await.unwrap();
+    let why = dashboard.text_of(&format!("tr[data-run-id='{third}'] td.why-list")).await;
     dashboard.screenshot("attention").await;
     dashboard.goto(&format!("/ui/runs/{second}")).await;
-    let goal = dashboard.wait_for("#run-goal").await.text().await.unwrap();
+    let goal = dashboard.text_of("#run-goal").await;
     let injected = dashboard.script("return document.getElementById('injected') !== null;").await;
     dashboard.goto("/ui").await;
     dashboard.click(&format!("tr[data-run-id='{run_id}'] a.run-link")).await;
@@ -69,7 +69,7 @@ async fn the_run_list_shows_runs_and_a_run_page_draws_its_dag_and_timeline() {
     let nodes = dashboard.script("return [...document.querySelectorAll('#dag g[data-step-id]')].map(g => [g.dataset.stepId, g.dataset.status]);").await;
     let edges = dashboard.script("return [...document.querySelectorAll('#dag path.edge')].map(p => p.dataset.from + '>' + p.dataset.to).sort();").await;
     let bars = dashboard.script("return document.querySelectorAll('#timeline .tl-bar').length;").await;
-    let args = dashboard.wait_for("#step-detail pre").await.text().await.unwrap();
+    let args = dashboard.text_of("#step-detail pre").await;
     dashboard.screenshot("run-page").await;
     dashboard.close().await;
 
@@ -148,7 +148,7 @@ async fn a_failed_step_retried_from_the_page_after_its_endpoint_recovers_finishe
 
     dashboard.goto(&format!("/ui/runs/{run_id}")).await;
     dashboard.wait_for("#dag g[data-step-id='call'][data-status='failed']").await;
-    let record = dashboard.wait_for("#step-detail .failure").await.text().await.unwrap();
+    let record = dashboard.text_of("#step-detail .failure").await;
     healthy.store(true, Ordering::SeqCst);
     dashboard.click("#step-retry").await;
     dashboard.wait_for("#dag g[data-step-id='after'][data-status='succeeded']").await;
