@@ -9,6 +9,7 @@
 //! - [`api`]: the REST API (axum) and its one error type.
 //! - [`auth`]: what a failed login on either API leaves behind (a counter and a log line, never the token).
 //! - [`view`]: the run as shown by the API and the CLI.
+//! - [`ui`]: the web dashboard at `/ui` (embedded assets, login, the session cookie and CSRF token).
 //! - [`catalog`]: built-in plus registered actions, validated against at submit.
 //! - [`grpc`]: the worker protocol service (register, long-poll, heartbeat, complete, complete batch, fail), its
 //!   auth and its limits (message size, streams, connections).
@@ -41,6 +42,7 @@ pub mod secret;
 pub mod server;
 pub mod submit;
 mod trace;
+pub mod ui;
 pub mod view;
 pub mod waits;
 

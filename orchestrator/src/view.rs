@@ -2,9 +2,11 @@
 //!
 //! Shape: `{id, status, plan_id, created_at_ms, finished_at_ms, failure, steps: [{id, action, status, attempts,
 //! output, error, failures: [failure records, oldest first], timer: {not_before_at_ms, local} | null,
-//! available_at_ms, waiting_for?}]}`. `failure` on the run names the root cause: the first failed step, its code,
-//! message and suggestion. A `ready` step whose action no connected worker serves says so:
-//! `waiting_for: {kind: "worker", action}`.
+//! available_at_ms, waiting_for?, attempt_records: [{attempt, status, worker_id, started_at_ms,
+//! ended_at_ms}]}]}`. `failure` on the run names the root cause: the first failed step, its code, message and
+//! suggestion. A `ready` step whose action no connected worker serves says so: `waiting_for: {kind: "worker",
+//! action}`. `attempt_records` are the step's attempts, oldest first (the dashboard's timeline draws one bar per
+//! attempt).
 
 use std::collections::HashSet;
 
@@ -33,14 +35,22 @@ pub fn detail_view(detail: RunDetail, served: &HashSet<String>) -> Value {
     let steps: Vec<Value> = steps
         .into_iter()
         .map(|s| {
-            let failures: Vec<&Value> =
-                attempts.iter().filter(|a| a.step_id == s.id).filter_map(|a| a.failure.as_ref()).collect();
+            let own: Vec<&cairn_store::AttemptRecord> = attempts.iter().filter(|a| a.step_id == s.id).collect();
+            let failures: Vec<&Value> = own.iter().filter_map(|a| a.failure.as_ref()).collect();
+            let attempt_records: Vec<Value> = own
+                .iter()
+                .map(|a| {
+                    json!({"attempt": a.attempt, "status": a.status, "worker_id": a.worker_id,
+                        "started_at_ms": a.started_at_ms, "ended_at_ms": a.ended_at_ms})
+                })
+                .collect();
             let timer = s.not_before_at_ms.map(|at| json!({"not_before_at_ms": at, "local": s.not_before_local}));
             let mut view = json!({
                 "id": s.id, "action": s.action, "status": s.status, "attempts": s.attempts,
                 "output": s.output, "error": s.error, "failures": failures, "timer": timer,
                 "available_at_ms": s.available_at_ms, "checkpoint": s.checkpoint, "args_revision": s.args_revision,
                 "args": s.args, "started_at_ms": s.started_at_ms, "finished_at_ms": s.finished_at_ms,
+                "attempt_records": attempt_records,
             });
             let run_by_orchestrator = s.action == cairn_core::event_wait::ACTION;
             if s.status == StepStatus::Ready && !run_by_orchestrator && !served.contains(&s.action) {

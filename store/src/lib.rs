@@ -54,6 +54,7 @@ mod sql;
 mod sqlite;
 pub mod stats;
 mod tx;
+mod workers;
 mod writer;
 
 use cairn_core::event::EventKind;
@@ -70,6 +71,7 @@ pub use postgres::deadline::DEFAULT_ANSWER_DEADLINE;
 pub use run_filter::{
     AttentionReason, AttentionStep, CursorError, PageStart, RunCursor, RunFilter, RunPage, WORKER_WAIT_MS,
 };
+pub use workers::WorkerLoad;
 pub use writer::{BatchWriter, FastPathCounts, OneCallCounts};
 
 /// SQLite migrations (`migrations/sqlite`), embedded in the binary.

@@ -14,6 +14,11 @@
 //! ([`deadline`]); live event streams beyond `max_sse_subscribers` get 503; every error is JSON
 //! `{code, message, details}` ([`error::ApiError`]). Connection-level limits (request heads, connections) are
 //! the server's: [`crate::http_server`].
+//!
+//! The dashboard (issue 34): `/ui` ([`crate::ui`]) is merged into this router; `/v1` also accepts its session
+//! cookie, with the CSRF token in `X-CSRF-Token` on state changes ([`crate::ui::session`]). `GET /v1/runs` with
+//! `Accept: text/event-stream` is the run list, live ([`runs_live`]); `GET /v1/runs/{id}/plan` is a run's plan
+//! ([`run_plan`]); `GET /v1/workers` lists workers with their attempts in flight ([`workers`]).
 
 mod body;
 mod bulk;
@@ -25,10 +30,13 @@ mod metrics;
 mod openapi;
 mod openapi_schemas;
 mod plans;
+mod run_plan;
 mod run_query;
 mod runs;
+mod runs_live;
 mod schedules;
 mod trace;
+mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,6 +54,7 @@ use crate::auth::Api;
 use crate::engine::Engine;
 use crate::planner::Planner;
 use crate::secret::{ExposeSecret, SecretString};
+use crate::ui::session as ui_session;
 use error::ApiError;
 
 /// API settings.
@@ -96,14 +105,16 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
     let v1 = Router::new()
         .route("/v1/plans:validate", post(runs::validate))
         .route("/v1/plans:draft", post(plans::draft))
-        .route("/v1/runs", post(runs::submit).get(runs::list))
+        .route("/v1/runs", post(runs::submit).get(runs_live::list))
         .route("/v1/runs:cancel", post(bulk::cancel))
         .route("/v1/runs:redrive", post(bulk::redrive))
         .route("/v1/runs:retry-failed", post(bulk::retry_failed))
         .route("/v1/runs/{id}", get(runs::show).post(runs::run_action))
         .route("/v1/runs/{id}/events", get(events::events))
+        .route("/v1/runs/{id}/plan", get(run_plan::show))
         .route("/v1/runs/{id}/steps/{step}", post(runs::step_action))
         .route("/v1/actions", get(runs::actions))
+        .route("/v1/workers", get(workers::list))
         .route("/v1/schedules", post(schedules::create).get(schedules::list))
         .route(
             "/v1/schedules/{id}",
@@ -119,6 +130,7 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
         .route("/metrics", get(metrics::scrape))
         .route("/openapi.json", get(openapi::document))
         .merge(v1)
+        .merge(crate::ui::router(state.engine.clone(), state.token.clone()))
         .fallback(|| async { ApiError::not_found("route") })
         .layer(middleware::from_fn(refuse_nul_in_path))
         .layer(middleware::map_response(error::json_errors))
@@ -149,17 +161,39 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// `/v1` auth when a token is configured: the bearer token (scripts, the CLI), or the dashboard's session
+/// cookie, with its CSRF token in `X-CSRF-Token` on anything but a read ([`crate::ui::session`]). A valid
+/// session without the CSRF token is 403 `csrf_failed`, not counted as a failed login (it is the browser's
+/// page, not a guess at the token).
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if let Some(token) = &state.token {
+        let token = token.expose_secret();
         let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if given.and_then(|g| g.strip_prefix("Bearer ")) != Some(token.expose_secret()) {
-            let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-            let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
-            let route = format!("{} {route}", request.method());
-            let failures = state.engine.metrics().auth_failures(Api::Rest);
-            crate::auth::login_failed(Api::Rest, &failures, peer, &route);
-            return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token")
-                .into_response();
+        let bearer = given
+            .and_then(|g| g.strip_prefix("Bearer "))
+            .is_some_and(|g| ui_session::same(g.as_bytes(), token.as_bytes()));
+        if !bearer {
+            let now = state.engine.now_ms();
+            match ui_session::check(token, request.method(), request.headers(), now) {
+                ui_session::SessionCheck::Valid => {}
+                ui_session::SessionCheck::CsrfFailed => {
+                    return ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        "csrf_failed",
+                        "a dashboard session changes state only with its CSRF token in X-CSRF-Token",
+                    )
+                    .into_response();
+                }
+                ui_session::SessionCheck::Absent => {
+                    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+                    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
+                    let route = format!("{} {route}", request.method());
+                    let failures = state.engine.metrics().auth_failures(Api::Rest);
+                    crate::auth::login_failed(Api::Rest, &failures, peer, &route);
+                    return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token")
+                        .into_response();
+                }
+            }
         }
     }
     next.run(request).await

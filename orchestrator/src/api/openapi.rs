@@ -187,6 +187,11 @@ fn operations() -> Vec<(&'static str, &'static str, Op)> {
             .body("Decision", false).answers("200", run()).answers("400", error("`args` given: they apply to a retry")).answers("404", error("no such run or step")).answers("409", error("wrong_state")).answers("422", error(invalid))),
         ("/v1/actions", "get", Op::new("listActions", "the actions the validator accepts, with schemas, effects and workers")
             .answers("200", answer("{actions}", schema("ActionList")))),
+        ("/v1/runs/{id}/plan", "get", Op::new("getRunPlan", "the plan a run follows, as stored (validated, defaults applied)")
+            .answers("200", answer("the plan", schema("Object"))).answers("404", error("no such run"))),
+        ("/v1/workers", "get", Op::new("listWorkers",
+            "workers seen in the last 24 hours: actions served, last seen, connected, attempts in flight")
+            .answers("200", answer("{workers: [{worker_id, last_seen_at, connected, actions, in_flight}]}", schema("Object")))),
         ("/v1/schedules", "post", Op::new("createSchedule", "create a cron schedule")
             .body("ScheduleRequest", true).answers("201", answer("the schedule", schema("Schedule")))
             .answers("409", error("conflict: the id is taken"))

@@ -77,6 +77,11 @@ mod shutdown_signals;
 // The harness's PostgreSQL template database.
 mod template_database;
 
+// The web dashboard in headless chromium: the browser harness and the pages.
+mod ui_api;
+mod ui_browser;
+mod ui_dashboard;
+
 // Durable waiting: approvals, events, schedules, and their API.
 mod waiting_api;
 mod waiting_approvals;
