@@ -65,7 +65,7 @@ enum Command {
     Attention(command::find::AttentionArgs),
     /// Cancel, redrive or retry the failed steps of every run a filter matches (`--dry-run` counts them).
     Bulk(command::find::BulkArgs),
-    /// Show a run: steps, attempts, failure records, timers.
+    /// Show a run: goal, labels, input, steps with args, attempts, failure records, times and timers, and its plan.
     Show(command::runs::RunArgs),
     /// Print a run's event history (`--follow`: as it happens, until the run finishes).
     Logs(command::runs::LogsArgs),

@@ -250,13 +250,31 @@ pub struct RunArgs {
 
 /// `cairn show RUN`.
 pub async fn show(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
-    let run = args.target.client(settings)?.get(&format!("/v1/runs/{}", args.run)).await?;
+    let client = args.target.client(settings)?;
+    let run = client.get(&format!("/v1/runs/{}", args.run)).await?;
     if args.target.json {
         out!("{}", serde_json::to_string_pretty(&run)?);
-    } else {
-        print_summary(&run);
+        return Ok(ExitCode::SUCCESS);
     }
+    print_summary(&run);
+    print_plan(&client.get(&format!("/v1/runs/{}/plan", args.run)).await?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plan a run follows, one step a line: its action, what it depends on, its condition and approval.
+fn print_plan(plan: &Value) {
+    out!("  plan ({})", plan["version"].as_str().unwrap_or("cairn/v1"));
+    for step in plan["steps"].as_array().into_iter().flatten() {
+        let deps: Vec<&str> = step["depends_on"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let after = if deps.is_empty() { String::new() } else { format!("  after {}", deps.join(", ")) };
+        let when = step["when"].as_str().map(|w| format!("  when {w}")).unwrap_or_default();
+        let approval = if step["approval"]["required"] == true { "  needs approval" } else { "" };
+        out!(
+            "    {:<16} {}{after}{when}{approval}",
+            step["id"].as_str().unwrap_or("?"),
+            step["action"].as_str().unwrap_or("?")
+        );
+    }
 }
 
 /// Arguments of `cairn logs`.

@@ -44,6 +44,9 @@ async fn each_outcome_has_its_exit_code_and_logs_follow_ends_with_the_run() {
     assert_eq!(kinds.last(), Some(&"run_succeeded"), "{}", logs.stdout);
     let watch = cairn(&["watch", &run_id, "--server", &server]).await;
     assert_eq!(watch.code, Some(0), "{watch:?}");
+    let show = cairn(&["show", &run_id, "--server", &server]).await;
+    assert_eq!(show.code, Some(0), "{show:?}");
+    assert!(show.stdout.contains("plan (cairn/v1)") && show.stdout.contains("noop"), "show prints the plan: {show:?}");
     let refused = cairn(&["retry", &run_id, "a", "--server", &server]).await;
     assert_eq!(refused.code, Some(2), "a refusal: {refused:?}");
     assert!(refused.stderr.contains("wrong_state"), "{refused:?}");
