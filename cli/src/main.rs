@@ -72,7 +72,7 @@ enum Command {
     /// Follow a run until it finishes, as `cairn run` does (exit code: 0 succeeded, 1 failed, 3 cancelled).
     Watch(command::runs::RunArgs),
     /// Cancel a run (open steps, pending retries and timers).
-    Cancel(command::runs::RunArgs),
+    Cancel(command::runs::RunDecisionArgs),
     /// Approve a step waiting for approval.
     Approve(command::runs::StepArgs),
     /// Reject a step waiting for approval.
@@ -144,7 +144,7 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Show(args) => command::runs::show(args, &settings).await,
             Command::Logs(args) => command::runs::logs(args, &settings).await,
             Command::Watch(args) => command::runs::watch(args, &settings).await,
-            Command::Cancel(args) => command::runs::cancel(args, &settings).await,
+            Command::Cancel(args) => command::runs::run_decision("cancel", args, &settings).await,
             Command::Approve(args) => command::runs::decide("approve", args, &settings).await,
             Command::Reject(args) => command::runs::decide("reject", args, &settings).await,
             Command::Retry(args) => command::runs::retry(args, &settings).await,

@@ -331,7 +331,19 @@ impl Store {
     /// # Errors
     /// [`StoreError::Database`] (retryable).
     pub async fn cancel_run(&self, run_id: &str, now_ms: i64) -> StoreResult<bool> {
-        in_tx!(self, |tx, events| flow::control::cancel_run(&mut tx, run_id, now_ms, &mut events).await?)
+        in_tx!(self, |tx, events| flow::control::cancel_run(&mut tx, run_id, None, now_ms, &mut events).await?)
+    }
+
+    /// [`Store::cancel_run`] by an operator: `run_cancelled` records who (`by`) and why (`reason`).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] (retryable).
+    pub async fn cancel_run_by(&self, run_id: &str, by: &str, reason: Option<&str>, now_ms: i64) -> StoreResult<bool> {
+        let mut note = serde_json::json!({"by": by});
+        if let Some(reason) = reason {
+            note["reason"] = serde_json::json!(reason);
+        }
+        in_tx!(self, |tx, events| flow::control::cancel_run(&mut tx, run_id, Some(&note), now_ms, &mut events).await?)
     }
 
     /// Applies an operator or approval decision; false when the step is not in the state it applies to. `reason`

@@ -63,8 +63,15 @@ pub(crate) const STEP_CANDIDATE: &str = "SELECT step_id, dep_count, pending_deps
 /// A rerun's run row: the old run's plan, input and context, `$3` open and `$4` failed steps, linked to it.
 /// Index: `runs` PK.
 pub(crate) const RUN_COPY: &str = "INSERT INTO runs (id, plan_id, status, input, context, step_count, open_steps, \
-     failed_steps, rerun_of, created_at, updated_at) SELECT $2, plan_id, 'pending', input, context, step_count, $3, \
-     $4, id, $5, $5 FROM runs WHERE id = $1";
+     failed_steps, rerun_of, created_at, updated_at, goal, goal_search, labels) SELECT $2, plan_id, 'pending', input, \
+     context, step_count, $3, $4, id, $5, $5, goal, goal_search, labels FROM runs WHERE id = $1";
+
+/// A rerun's labels and actions, as the old run's (`$1`), for the new run `$2` created at `$3`: the rerun is found
+/// by the same filters. Index: `run_labels` and `run_actions` PK prefixes.
+pub(crate) const LABELS_COPY: &str = "INSERT INTO run_labels (run_id, key, value, created_at) \
+     SELECT $2, key, value, $3 FROM run_labels WHERE run_id = $1";
+pub(crate) const ACTIONS_COPY: &str = "INSERT INTO run_actions (run_id, action, created_at) \
+     SELECT $2, action, $3 FROM run_actions WHERE run_id = $1";
 
 /// A rerun's steps as the old run left them (status, args, output, failure record; no attempt, lease or
 /// checkpoint); those that run again are then reset ([`STEP_RESET`]). Index: `steps` PK prefix.
@@ -123,7 +130,8 @@ pub(crate) trait ReopenTx: Send {
         opened: StepsClosed,
         now: i64,
     ) -> impl Future<Output = StoreResult<()>> + Send;
-    /// Copies run `old` into a new run `new` ([`RUN_COPY`], [`STEPS_COPY`], [`EDGES_COPY`]) with these counters.
+    /// Copies run `old` into a new run `new` ([`RUN_COPY`], [`STEPS_COPY`], [`EDGES_COPY`], [`LABELS_COPY`],
+    /// [`ACTIONS_COPY`]) with these counters.
     fn run_copy(
         &mut self,
         old: &str,
@@ -241,6 +249,8 @@ macro_rules! impl_reopen_tx {
                     .await?;
                 sqlx::query::<$db>(STEPS_COPY).bind(old).bind(new).bind(now).execute(&mut **self).await?;
                 sqlx::query::<$db>(EDGES_COPY).bind(old).bind(new).execute(&mut **self).await?;
+                sqlx::query::<$db>(LABELS_COPY).bind(old).bind(new).bind(now).execute(&mut **self).await?;
+                sqlx::query::<$db>(ACTIONS_COPY).bind(old).bind(new).bind(now).execute(&mut **self).await?;
                 Ok(())
             }
             async fn step_reset(

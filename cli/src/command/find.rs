@@ -25,11 +25,12 @@ pub struct FilterArgs {
     /// Only runs with a step of this action.
     #[arg(long)]
     action: Option<String>,
-    /// Only runs created at or after this instant (RFC 3339, or milliseconds since the epoch).
-    #[arg(long, value_name = "INSTANT")]
+    /// Only runs created at or after this instant: RFC 3339, milliseconds since the epoch, or an age such as
+    /// `30m`, `2h`, `7d` (that long ago).
+    #[arg(long, value_name = "INSTANT|AGE")]
     since: Option<String>,
-    /// Only runs created before this instant (RFC 3339, or milliseconds since the epoch).
-    #[arg(long, value_name = "INSTANT")]
+    /// Only runs created before this instant (as `--since`).
+    #[arg(long, value_name = "INSTANT|AGE")]
     until: Option<String>,
     /// Only the run with this idempotency key.
     #[arg(long)]
@@ -45,14 +46,15 @@ impl FilterArgs {
             let (key, value) = cairn_core::labels::parse(label, '=').with_context(|| format!("--label {label}"))?;
             pairs.push(("label", format!("{key}:{value}")));
         }
-        let single = [
-            ("q", &self.goal),
-            ("action", &self.action),
-            ("created_after", &self.since),
-            ("created_before", &self.until),
-            ("idempotency_key", &self.idempotency_key),
-        ];
+        let single = [("q", &self.goal), ("action", &self.action), ("idempotency_key", &self.idempotency_key)];
         pairs.extend(single.into_iter().filter_map(|(name, v)| v.clone().map(|v| (name, v))));
+        for (name, flag, value) in
+            [("created_after", "--since", &self.since), ("created_before", "--until", &self.until)]
+        {
+            if let Some(value) = value {
+                pairs.push((name, instant_ms(value).with_context(|| format!("{flag} {value}"))?.to_string()));
+            }
+        }
         Ok(pairs)
     }
 
@@ -68,7 +70,7 @@ impl FilterArgs {
                     labels.insert(key.to_owned(), json!(value));
                 }
                 "created_after" | "created_before" => {
-                    filter.insert(name.to_owned(), json!(instant_ms(&value)?));
+                    filter.insert(name.to_owned(), json!(value.parse::<i64>()?));
                 }
                 _ => {
                     filter.insert(name.to_owned(), json!(value));
@@ -85,11 +87,26 @@ impl FilterArgs {
     }
 }
 
+/// An instant as milliseconds: RFC 3339, milliseconds, or an age (`90s`, `30m`, `2h`, `7d`) before now.
 fn instant_ms(text: &str) -> anyhow::Result<i64> {
     if let Ok(ms) = text.parse::<i64>() {
         return Ok(ms);
     }
-    let at: jiff::Timestamp = text.parse().with_context(|| format!("`{text}` is not an RFC 3339 instant"))?;
+    let unit_ms = match text.chars().last() {
+        Some('s') => Some(1_000),
+        Some('m') => Some(60_000),
+        Some('h') => Some(3_600_000),
+        Some('d') => Some(86_400_000),
+        _ => None,
+    };
+    if let Some(unit_ms) = unit_ms
+        && let Ok(n) = text[..text.len() - 1].parse::<i64>()
+    {
+        return Ok(jiff::Timestamp::now().as_millisecond() - n.saturating_mul(unit_ms));
+    }
+    let at: jiff::Timestamp = text
+        .parse()
+        .with_context(|| format!("`{text}` is neither an RFC 3339 instant, milliseconds nor an age like 30m"))?;
     Ok(at.as_millisecond())
 }
 

@@ -33,12 +33,7 @@ pub fn read_plan(path: &Path) -> anyhow::Result<Value> {
 pub fn submit_body(plan: Value, input: Option<&str>, key: Option<&str>, labels: &[String]) -> anyhow::Result<Value> {
     let mut body = json!({"plan": plan});
     if !labels.is_empty() {
-        let mut map = serde_json::Map::new();
-        for label in labels {
-            let (k, v) = cairn_core::labels::parse(label, '=').with_context(|| format!("--label {label}"))?;
-            map.insert(k, json!(v));
-        }
-        body["labels"] = Value::Object(map);
+        body["labels"] = label_flags(labels)?;
     }
     if let Some(input) = input {
         body["input"] = serde_json::from_str(input).context("--input is not valid JSON")?;
@@ -47,6 +42,16 @@ pub fn submit_body(plan: Value, input: Option<&str>, key: Option<&str>, labels: 
         body["idempotency_key"] = json!(key);
     }
     Ok(body)
+}
+
+/// `--label key=value` flags as the API's `labels` object (each label checked here, with the flag named).
+pub fn label_flags(labels: &[String]) -> anyhow::Result<Value> {
+    let mut map = serde_json::Map::new();
+    for label in labels {
+        let (k, v) = cairn_core::labels::parse(label, '=').with_context(|| format!("--label {label}"))?;
+        map.insert(k, json!(v));
+    }
+    Ok(Value::Object(map))
 }
 
 /// Exit code for a final run status: 0 succeeded, 1 failed, 3 cancelled.
@@ -353,12 +358,6 @@ fn print_decided(target: &Target, run_id: &str, run: &Value) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-/// `cairn cancel RUN`: exit 0 when cancelled.
-pub async fn cancel(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
-    let run = args.target.client(settings)?.post(&format!("/v1/runs/{}:cancel", args.run), None).await?;
-    print_decided(&args.target, &args.run, &run)
-}
-
 /// Arguments naming one step.
 #[derive(Debug, clap::Args)]
 pub struct StepArgs {
@@ -423,7 +422,7 @@ pub async fn retry(args: &RetryArgs, settings: &Settings) -> anyhow::Result<Exit
     step_verb("retry", &args.step, body, settings).await
 }
 
-/// Arguments of `cairn redrive`, `cairn pause` and `cairn resume`.
+/// Arguments of `cairn cancel`, `cairn redrive`, `cairn pause` and `cairn resume`.
 #[derive(clap::Args, Debug)]
 pub struct RunDecisionArgs {
     /// Run id.
@@ -438,7 +437,7 @@ pub struct RunDecisionArgs {
     target: Target,
 }
 
-/// `cairn redrive|pause|resume RUN`: a redrive runs every failed and cancelled step of a failed or cancelled run
+/// `cairn cancel|redrive|pause|resume RUN`: a cancel ends the run's open steps; a redrive runs every failed and cancelled step of a failed or cancelled run
 /// again; a pause stops new attempts of a run until it is resumed.
 pub async fn run_decision(verb: &str, args: &RunDecisionArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let mut body = json!({"by": args.by});

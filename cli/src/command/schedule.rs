@@ -66,6 +66,9 @@ struct CreateArgs {
     /// Create it paused.
     #[arg(long)]
     paused: bool,
+    /// A label put on every run the schedule starts, as `key=value` (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    labels: Vec<String>,
     #[command(flatten)]
     target: Target,
 }
@@ -172,6 +175,9 @@ async fn create(a: &CreateArgs, settings: &Settings) -> anyhow::Result<ExitCode>
     }
     if let Some(max) = a.catch_up_max {
         body["catch_up_max"] = json!(max);
+    }
+    if !a.labels.is_empty() {
+        body["labels"] = super::runs::label_flags(&a.labels)?;
     }
     let (status, answer) = a.target.client(settings)?.call(reqwest::Method::POST, "/v1/schedules", Some(&body)).await?;
     if status.as_u16() == 422 && answer["code"] == "invalid_plan" {

@@ -105,7 +105,7 @@ async fn apply(state: &AppState, op: Bulk, id: &str, by: &str, reason: Option<&s
     };
     match op {
         Bulk::Cancel => {
-            let cancelled = engine.cancel_run(id).await?;
+            let cancelled = engine.cancel_run_by(id, by, reason).await?;
             let outcome = if cancelled { "cancelled" } else { "already_finished" };
             Ok(json!({"id": id, "changed": cancelled, "outcome": outcome}))
         }

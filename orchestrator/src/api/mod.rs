@@ -129,6 +129,8 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::scrape))
         .route("/openapi.json", get(openapi::document))
+        // Opening the port in a browser is what a newcomer does first.
+        .route("/", get(|| async { axum::response::Redirect::to("/ui") }))
         .merge(v1)
         .merge(crate::ui::router(state.engine.clone(), state.token.clone()))
         .fallback(|| async { ApiError::not_found("route") })

@@ -151,7 +151,7 @@ fn operations() -> Vec<(&'static str, &'static str, Op)> {
             .query("view", "string", "`full` (default): with its steps; `summary`: the run alone")
             .answers("200", run()).answers("400", error("invalid_view")).answers("404", error("no such run"))),
         ("/v1/runs/{id}:cancel", "post", Op::new("cancelRun", "cancel a run and every open step")
-            .answers("200", run()).answers("404", error("no such run")).answers("409", error("already_finished"))),
+            .body("Decision", false).answers("200", run()).answers("404", error("no such run")).answers("409", error("already_finished"))),
         ("/v1/runs/{id}:redrive", "post", Op::new("redriveRun", "run every failed and cancelled step of a failed or cancelled run again")
             .body("Decision", false).answers("200", run()).answers("400", error("`args` given: they apply to a retry")).answers("404", error("no such run"))
             .answers("409", error("wrong_state: neither failed nor cancelled")).answers("422", error(invalid))),

@@ -132,8 +132,7 @@ pub(super) async fn run_action(
 ) -> Result<Response, ApiError> {
     let (id, verb) = split_verb(&id_verb)?;
     match verb {
-        "cancel" => {}
-        "redrive" | "pause" | "resume" => {
+        "cancel" | "redrive" | "pause" | "resume" => {
             let decision: DecisionBody = decision_body(&body)?;
             if decision.args.is_some() {
                 return Err(ApiError::bad_request(format!("`args` apply to a step's retry, not to {verb}")));
@@ -141,23 +140,27 @@ pub(super) async fn run_action(
             let by = actor(decision.by, decision.reason.as_deref())?;
             let reason = decision.reason.as_deref();
             match verb {
+                "cancel" => cancel(&state, id, &by, reason).await?,
                 "redrive" => state.engine.redrive_run(id, &by, reason).await.map(drop)?,
                 _ => state.engine.pause_run(id, verb == "pause", &by, reason).await?,
             }
             let view = run_view(&state.engine, id).await?.ok_or_else(|| ApiError::not_found("run"))?;
-            return Ok(Json(view).into_response());
+            Ok(Json(view).into_response())
         }
-        "rerun" => return rerun(&state, id, decision_body(&body)?).await,
-        _ => return Err(ApiError::not_found("route")),
+        "rerun" => rerun(&state, id, decision_body(&body)?).await,
+        _ => Err(ApiError::not_found("route")),
     }
+}
+
+/// Cancels run `id` for `by`: 404 when there is no such run, 409 `already_finished`.
+async fn cancel(state: &AppState, id: &str, by: &str, reason: Option<&str>) -> Result<(), ApiError> {
     if state.engine.store().run(id).await?.is_none() {
         return Err(ApiError::not_found("run"));
     }
-    if !state.engine.cancel_run(id).await? {
+    if !state.engine.cancel_run_by(id, by, reason).await? {
         return Err(ApiError::new(StatusCode::CONFLICT, "already_finished", "the run has already finished"));
     }
-    let view = run_view(&state.engine, id).await?.ok_or_else(|| ApiError::not_found("run"))?;
-    Ok(Json(view).into_response())
+    Ok(())
 }
 
 /// Body of `POST /v1/runs/{id}:rerun`.

@@ -545,6 +545,18 @@ impl Engine {
         Ok(cancelled)
     }
 
+    /// [`Engine::cancel_run`] by an operator, recording who and why in the run's history.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn cancel_run_by(&self, run_id: &str, by: &str, reason: Option<&str>) -> StoreResult<bool> {
+        let cancelled = self.inner.store.cancel_run_by(run_id, by, reason, self.now_ms()).await?;
+        if cancelled {
+            tracing::info!(run_id, by, "run cancelled");
+        }
+        Ok(cancelled)
+    }
+
     /// Applies an operator or approval decision to a step.
     ///
     /// # Errors

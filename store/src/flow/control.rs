@@ -22,6 +22,7 @@ use crate::waiting::ApprovalOutcome;
 pub(crate) async fn cancel_run<T: StepTx>(
     tx: &mut T,
     run_id: &str,
+    note: Option<&serde_json::Value>,
     now: i64,
     events: &mut Vec<EventInsert>,
 ) -> StoreResult<bool> {
@@ -32,7 +33,7 @@ pub(crate) async fn cancel_run<T: StepTx>(
         events.push(event(run_id, Some(&step_id), EventKind::StepCancelled, json!({"attempt": attempt}), now));
     }
     tx.attempts_cancel(run_id, now).await?;
-    events.push(event(run_id, None, EventKind::RunCancelled, json!({}), now));
+    events.push(event(run_id, None, EventKind::RunCancelled, note.cloned().unwrap_or_else(|| json!({})), now));
     Ok(true)
 }
 

@@ -105,7 +105,7 @@ async fn fire_tick<T: WaitTx>(
             Overlap::Allow => {}
             Overlap::CancelPrevious => {
                 for run_id in open {
-                    if cancel_run(tx, &run_id, now, events).await? {
+                    if cancel_run(tx, &run_id, None, now, events).await? {
                         out.cancelled.push(run_id);
                     }
                 }

@@ -125,6 +125,13 @@ async fn bulk_operations_count_first_then_act_on_each_matching_run_and_record_it
     assert_eq!((status, &done["matched"], &done["changed"], &done["more"]), (200, &json!(2), &json!(2), &json!(false)));
     for id in [&a, &b] {
         assert_eq!(app.run(id).await["status"], "cancelled", "{backend:?}: {done:#}");
+        let (_, events) = app.get(&format!("/v1/runs/{id}/events")).await;
+        let cancelled = events["events"].as_array().unwrap().iter().find(|e| e["kind"] == "run_cancelled").cloned();
+        assert_eq!(
+            cancelled.map(|e| e["data"].clone()),
+            Some(json!({"by": "ops", "reason": "bad batch"})),
+            "{backend:?}"
+        );
     }
     assert_eq!(app.run(&other).await["status"], "pending", "{backend:?}: a run the filter does not match is untouched");
 

@@ -34,7 +34,7 @@
     const button = (id, label, verb, body, cls) => el("button", { id, class: cls, type: "button", text: label,
       onclick: () => act(label, "POST", `${base}:${verb}`, body(), refresh) });
     const buttons = [];
-    if (open) buttons.push(button("run-cancel", "Cancel", "cancel", () => undefined, "danger"));
+    if (open) buttons.push(button("run-cancel", "Cancel", "cancel", notes.read, "danger"));
     if (open && run.status !== "paused") buttons.push(button("run-pause", "Pause", "pause", notes.read));
     if (run.status === "paused") buttons.push(button("run-resume", "Resume", "resume", notes.read, "primary"));
     if (run.status === "failed" || run.status === "cancelled") {

@@ -302,10 +302,11 @@ class Client(_Common):
         body = self._request("GET", f"/v1/runs/{_seg(run_id)}/events", params={"after": after, "limit": limit})
         return [Event.model_validate(e) for e in body["events"]]
 
-    def cancel(self, run_id: str) -> Run:
-        """Cancels the run: open steps are cancelled, running handlers see ``ctx.cancelled``. Raises
-        :class:`cairn.Conflict` (``already_finished``) for a finished run."""
-        return Run.model_validate(self._request("POST", f"/v1/runs/{_seg(run_id)}:cancel"))
+    def cancel(self, run_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
+        """Cancels the run: open steps are cancelled, running handlers see ``ctx.cancelled``; ``by`` and ``reason``
+        are recorded. Raises :class:`cairn.Conflict` (``already_finished``) for a finished run."""
+        body = _decision(by, reason=reason)
+        return Run.model_validate(self._request("POST", f"/v1/runs/{_seg(run_id)}:cancel", body))
 
     def _decide(self, run_id: str, step_id: str, verb: str, by: Optional[str],
                 **extra: Any) -> Run:
@@ -593,9 +594,10 @@ class AsyncClient(_Common):
                                    params={"after": after, "limit": limit})
         return [Event.model_validate(e) for e in body["events"]]
 
-    async def cancel(self, run_id: str) -> Run:
+    async def cancel(self, run_id: str, by: Optional[str] = None, *, reason: Optional[str] = None) -> Run:
         """See :meth:`Client.cancel`."""
-        return Run.model_validate(await self._request("POST", f"/v1/runs/{_seg(run_id)}:cancel"))
+        body = _decision(by, reason=reason)
+        return Run.model_validate(await self._request("POST", f"/v1/runs/{_seg(run_id)}:cancel", body))
 
     async def _decide(self, run_id: str, step_id: str, verb: str, by: Optional[str],
                       **extra: Any) -> Run:

@@ -27,13 +27,24 @@ def _statuses(status: Union[None, str, Sequence[str]]) -> list[str]:
     return [status] if isinstance(status, str) else list(status)
 
 
-def query(status: Union[None, str, Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None,
+def _labels(labels: Union[None, Mapping[str, str], Sequence[str]]) -> list[str]:
+    """``{key: value}``, or ``["key:value", …]`` as the query string writes them."""
+    if labels is None:
+        return []
+    if isinstance(labels, Mapping):
+        return [f"{k}:{v}" for k, v in labels.items()]
+    if isinstance(labels, str) or not all(isinstance(l, str) and ":" in l for l in labels):
+        raise TypeError("labels: give a {key: value} mapping, or a list of 'key:value' strings")
+    return list(labels)
+
+
+def query(status: Union[None, str, Sequence[str]] = None, labels: Union[None, Mapping[str, str], Sequence[str]] = None,
           q: Optional[str] = None, action: Optional[str] = None, created_after: Optional[Instant] = None,
           created_before: Optional[Instant] = None, idempotency_key: Optional[str] = None,
           attention: bool = False) -> list[tuple[str, str]]:
     """The query string pairs of ``GET /v1/runs`` (``label`` and ``status`` repeat)."""
     pairs = [("status", s) for s in _statuses(status)]
-    pairs += [("label", f"{k}:{v}") for k, v in (labels or {}).items()]
+    pairs += [("label", label) for label in _labels(labels)]
     single: dict[str, Any] = {"q": q, "action": action, "idempotency_key": idempotency_key}
     single["created_after"] = None if created_after is None else _ms(created_after)
     single["created_before"] = None if created_before is None else _ms(created_before)
@@ -46,6 +57,8 @@ def query(status: Union[None, str, Sequence[str]] = None, labels: Optional[Mappi
 def bulk_body(dry_run: bool, by: Optional[str], reason: Optional[str], **filters: Any) -> dict[str, Any]:
     """The body of ``POST /v1/runs:cancel|:redrive|:retry-failed``."""
     status = _statuses(filters.pop("status", None))
+    if filters.get("labels") is not None and not isinstance(filters["labels"], Mapping):
+        filters["labels"] = dict(label.split(":", 1) for label in _labels(filters["labels"]))
     chosen = {k: v for k, v in filters.items() if v not in (None, False, {})}
     for name in ("created_after", "created_before"):
         if name in chosen:

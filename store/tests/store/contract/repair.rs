@@ -244,7 +244,9 @@ async fn a_rerun_from_a_step_runs_it_and_its_descendants_and_reuses_every_other_
         json!({"id": "c", "action": "noop", "depends_on": ["b"], "args": {}, "retry": {"max_attempts": 1}}),
         noop("d", &["a"], json!({})),
     ]);
-    submit(&store, "r1", &doc).await;
+    let mut labelled = super::support::new_run("r1", &doc);
+    labelled.labels.insert("env".into(), "prod".into());
+    super::support::create(&store, &labelled).await;
     let a = claim_one(&store, T0).await;
     assert_eq!(complete(&store, &a.lease, &json!({"v": 7}), T0).await, Report::Succeeded);
     for c in claim(&store, T0 + 1).await {
@@ -264,6 +266,17 @@ async fn a_rerun_from_a_step_runs_it_and_its_descendants_and_reuses_every_other_
     assert_eq!(outcome, RerunOutcome::Started { run_id: "r2".into(), reset: vec!["b".into(), "c".into()] });
     let new = run(&store, "r2").await;
     assert_eq!((new.rerun_of.as_deref(), new.open_steps, new.status), (Some("r1"), 2, RunStatus::Pending));
+    assert_eq!((new.goal.as_deref(), new.labels.get("env").map(String::as_str)), (Some("contract test"), Some("prod")));
+    let filters = [
+        cairn_store::RunFilter { labels: vec![("env".into(), "prod".into())], ..Default::default() },
+        cairn_store::RunFilter { q: Some("contract".into()), ..Default::default() },
+        cairn_store::RunFilter { action: Some("noop".into()), ..Default::default() },
+    ];
+    for filter in &filters {
+        let page = store.runs_page(filter, &cairn_store::PageStart::Offset(0), 10).await.expect("runs_page");
+        let found: Vec<&str> = page.runs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(found, ["r2", "r1"], "the rerun is found as its run is: {filter:?}");
+    }
     assert_eq!(step(&store, "r2", "a").await.output, Some(json!({"v": 7})), "a's output is reused");
     assert_eq!(status(&store, "r2", "d").await, "succeeded", "d is not a descendant of b: kept");
     let b = claim_one(&store, T0 + 3).await;
