@@ -130,6 +130,9 @@ pub fn print_summary(run: &Value) {
         );
         if step["args"].as_object().is_some_and(|args| !args.is_empty()) {
             out!("      args{revised} {}", clipped(&step["args"]));
+            if !step["resolved_args"].is_null() && step["resolved_args"] != step["args"] {
+                out!("      resolved {}", clipped(&step["resolved_args"]));
+            }
         }
         for f in step["failures"].as_array().into_iter().flatten() {
             out!(

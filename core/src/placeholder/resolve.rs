@@ -31,6 +31,22 @@ pub enum Producer<'a> {
     Pending,
 }
 
+impl<'a> Producer<'a> {
+    /// A step's outcome as placeholders see it: its output once it succeeded (`null` when it has none), skipped,
+    /// failed (failed or cancelled), and pending in every other status (`outcome_unknown` included).
+    #[must_use]
+    pub fn of(status: crate::state::StepStatus, output: Option<&'a Value>) -> Producer<'a> {
+        use crate::state::StepStatus;
+        static NULL: Value = Value::Null;
+        match status {
+            StepStatus::Succeeded => Producer::Output(output.unwrap_or(&NULL)),
+            StepStatus::Skipped => Producer::Skipped,
+            StepStatus::Failed | StepStatus::Cancelled => Producer::Failed,
+            _ => Producer::Pending,
+        }
+    }
+}
+
 /// The values placeholders read: the run input and each step's outcome.
 pub trait Scope {
     /// The run input (`$input…`); `null` when the run has none.

@@ -70,7 +70,8 @@ fn run() -> Value {
     properties["steps"] = json!({"type": "array", "items": {"type": "object", "required": ["id", "status"],
         "properties": {"id": text(), "action": text(), "status": text(), "attempts": integer(), "output": {},
             "error": {}, "failures": {"type": "array", "items": {"type": "object"}}, "timer": {}, "waiting_for": {},
-            "args": {}, "args_revision": integer(), "started_at_ms": nullable("integer"),
+            "args": {}, "resolved_args": {"description": "the args with placeholders resolved against the run as it stands; null while a producer has not succeeded"},
+            "args_revision": integer(), "started_at_ms": nullable("integer"),
             "finished_at_ms": nullable("integer")}}});
     properties["input"] = json!({});
     object(&["id", "status"], properties)

@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 
 use cairn_core::failure::{Failure, codes};
 use cairn_core::placeholder::{self, Producer, Root, Scope};
+use cairn_core::state::StepStatus;
 use serde_json::{Value, json};
 
 use super::event;
@@ -106,10 +107,8 @@ impl Scope for Outputs {
     }
     fn producer(&self, step_id: &str) -> Producer<'_> {
         match self.steps.get(step_id) {
-            Some((status, output)) if status == "succeeded" => Producer::Output(output),
-            Some((status, _)) if status == "skipped" => Producer::Skipped,
-            Some((status, _)) if status == "failed" || status == "cancelled" => Producer::Failed,
-            _ => Producer::Pending,
+            Some((status, output)) => Producer::of(status.parse().unwrap_or(StepStatus::Pending), Some(output)),
+            None => Producer::Pending,
         }
     }
 }

@@ -191,3 +191,19 @@ async fn a_schedule_puts_its_labels_on_the_runs_it_starts(backend: Backend) {
     let (status, refused) = app.post("/v1/schedules", &bad).await;
     assert_eq!(status, 422, "{backend:?}: {refused:#}");
 }
+
+on_both_backends!(the_run_view_shows_each_steps_args_resolved_once_their_producers_succeeded);
+async fn the_run_view_shows_each_steps_args_resolved_once_their_producers_succeeded(backend: Backend) {
+    let app = HttpApp::start(backend, clock(), None).await;
+    let plan = json!({"steps": [
+        {"id": "a", "action": "noop", "args": {"x": 7}},
+        {"id": "b", "action": "noop", "args": {"y": "$a.output.x", "text": "got ${a.output.x}"}, "depends_on": ["a"]}]});
+    let run = app.submit(plan).await;
+    let before = app.run(&run).await;
+    assert_eq!(before["steps"][0]["resolved_args"], json!({"x": 7}), "{backend:?}: no placeholder, its own args");
+    assert_eq!(before["steps"][1]["resolved_args"], Value::Null, "{backend:?}: a has not succeeded yet");
+    TestWorker::new("w").echo("noop").run_until_idle(app.engine()).await;
+    let after = app.run(&run).await;
+    assert_eq!(after["steps"][1]["args"], json!({"y": "$a.output.x", "text": "got ${a.output.x}"}), "{backend:?}");
+    assert_eq!(after["steps"][1]["resolved_args"], json!({"y": 7, "text": "got 7"}), "{backend:?}: {after:#}");
+}

@@ -132,6 +132,9 @@
       facts,
       stepActions(run, step, notes, refresh, keep),
       section(step.args_revision ? `Args (repaired, revision ${step.args_revision})` : "Args", step.args),
+      // Placeholders resolved against the run as it stands; shown when they differ from the args as written.
+      step.resolved_args !== null && step.resolved_args !== undefined &&
+        JSON.stringify(step.resolved_args) !== JSON.stringify(step.args) ? section("Resolved args", step.resolved_args) : null,
       section("Output", step.output),
       // The error is the last failure record when there are records; shown alone only without them.
       step.error && !failures.length ? section("Error", step.error) : null,
