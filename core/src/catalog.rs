@@ -46,6 +46,11 @@ pub struct ActionSpec {
     /// JSON pointers into args whose literal values must appear in `context.source_text` (e.g. `/city`).
     #[serde(default)]
     pub grounded_args: Vec<String>,
+    /// JSON pointers into args that name recipients (one id or a list of ids, e.g. `/to`): literal ids must
+    /// exist when the plan is submitted, and each attempt is handed the recipients its resolved args name and
+    /// the step's delivery ledger.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recipient_args: Vec<String>,
     /// An example output (valid against the output schema), for planners and plan previews.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub example_output: Option<Value>,
@@ -113,6 +118,11 @@ pub trait ActionCatalog {
     fn get(&self, name: &str) -> Option<&CatalogEntry>;
     /// Every registered name, sorted (used for did-you-mean hints).
     fn names(&self) -> Vec<&str>;
+    /// Whether recipient `id` exists: `None` when this catalog does not know the recipients (offline
+    /// validation), so the validator does not check them.
+    fn recipient_exists(&self, _id: &str) -> Option<bool> {
+        None
+    }
 }
 
 /// A fixed set of actions.
@@ -160,6 +170,7 @@ fn spec(name: &str, description: &str, effect: Effect, args_schema: Value, outpu
         output_schema,
         effect,
         grounded_args: Vec::new(),
+        recipient_args: Vec::new(),
         example_output: None,
     }
 }

@@ -70,6 +70,8 @@ pub enum Code {
     InvalidApproval,
     /// A grounded argument's literal value does not appear in `context.source_text`.
     UngroundedArg,
+    /// A recipient argument names a recipient that does not exist (or an id that breaks the id rules).
+    UnknownRecipient,
     /// A size or nesting limit is exceeded (an expression's length or depth, placeholders in a string,
     /// dependency edges, …); [`Diagnostic::limit`] names the limit, its value and what the plan has.
     LimitExceeded,
@@ -85,7 +87,7 @@ impl Code {
 }
 
 /// Every code with its stable name, in documentation order.
-pub const CODE_NAMES: [(Code, &str); 28] = [
+pub const CODE_NAMES: [(Code, &str); 29] = [
     (Code::ParseError, "parse_error"),
     (Code::DuplicateKey, "duplicate_key"),
     (Code::InvalidField, "invalid_field"),
@@ -112,6 +114,7 @@ pub const CODE_NAMES: [(Code, &str); 28] = [
     (Code::RetryInvalid, "retry_invalid"),
     (Code::InvalidApproval, "invalid_approval"),
     (Code::UngroundedArg, "ungrounded_arg"),
+    (Code::UnknownRecipient, "unknown_recipient"),
     (Code::LimitExceeded, "limit_exceeded"),
     (Code::InvalidExpression, "invalid_expression"),
 ];

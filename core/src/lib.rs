@@ -26,6 +26,7 @@
 pub mod catalog;
 pub mod clock;
 pub mod condition;
+pub mod delivery;
 pub mod diagnostic;
 pub mod document;
 pub mod event;
@@ -37,6 +38,7 @@ pub mod machine;
 pub mod placeholder;
 pub mod plan;
 pub mod pointer;
+pub mod recipient;
 pub mod retry;
 pub mod schedule;
 pub mod state;

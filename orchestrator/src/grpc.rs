@@ -15,7 +15,7 @@ use cairn_core::text;
 use cairn_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
 use cairn_proto::v1::{
     self as pb, Attempt, CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, FailRequest, HeartbeatRequest,
-    HeartbeatResponse, PollRequest, PollResponse, RegisterRequest, RegisterResponse, ReportOutcome, ReportResponse,
+    HeartbeatResponse, PollRequest, PollResponse, RegisterRequest, RegisterResponse, ReportOutcome, ReportDeliveryRequest, ReportDeliveryResponse, ReportResponse,
 };
 use cairn_store::{Claimed, ErrorClass, HeartbeatOutcome, Lease, Report, StoreError};
 use tonic::service::interceptor::InterceptedService;
@@ -149,6 +149,7 @@ fn spec(d: pb::ActionDescriptor) -> Result<ActionSpec, Status> {
         description: d.description,
         effect,
         grounded_args: d.grounded_args,
+        recipient_args: d.recipient_args,
         example_output: d.example_output_json.as_deref().map(|t| json("example_output_json", t)).transpose()?,
     })
 }
@@ -165,6 +166,8 @@ fn attempt(c: Claimed, now_ms: i64) -> Attempt {
         heartbeat_timeout_ms: c.heartbeat_timeout_ms.and_then(|ms| u64::try_from(ms).ok()),
         checkpoint_json: c.checkpoint.map(|v| v.to_string()),
         traceparent,
+        recipients: Vec::new(),
+        deliveries: Vec::new(),
     }
 }
 
@@ -285,5 +288,12 @@ impl WorkerService for WorkerGrpc {
         };
         let report = self.engine.fail(&lease, &failure).await.map_err(|e| unavailable(&e))?;
         Ok(Response::new(outcome(report)))
+    }
+
+    async fn report_delivery(
+        &self,
+        _request: Request<ReportDeliveryRequest>,
+    ) -> Result<Response<ReportDeliveryResponse>, Status> {
+        Err(Status::unimplemented("the delivery ledger is being built"))
     }
 }

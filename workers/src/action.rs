@@ -102,6 +102,12 @@ pub trait Action: Send + Sync + 'static {
     fn grounded_args(&self) -> Vec<String> {
         Vec::new()
     }
+    /// JSON pointers into args that name recipients (one id or a list): the orchestrator checks literal ids at
+    /// submit and hands each attempt those recipients and the step's delivery ledger
+    /// ([`ActionContext::deliveries`]).
+    fn recipient_args(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// An example output, shown to planners and plan previews.
     fn example_output(&self) -> Option<Self::Output> {
         None
@@ -135,6 +141,7 @@ impl<A: Action> DynAction for A {
             output_schema: serde_json::to_value(schemars::schema_for!(A::Output)).unwrap_or(Value::Bool(true)),
             effect: A::EFFECT,
             grounded_args: self.grounded_args(),
+            recipient_args: self.recipient_args(),
             example_output: self.example_output().and_then(|o| serde_json::to_value(o).ok()),
         }
     }

@@ -1,8 +1,11 @@
 //! The context an action runs in: who it is, until when, and how to report progress.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cairn_core::delivery::{DeliveryRecord, DeliveryReport};
+use cairn_core::recipient::Recipient;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -12,6 +15,23 @@ pub trait ProgressSink: Send + Sync {
     /// Sends a heartbeat, optionally saving a checkpoint. Returns false when the attempt no longer counts
     /// (cancelled, timed out, reclaimed): the action should stop.
     fn heartbeat(&self, checkpoint: Option<Value>) -> futures::future::BoxFuture<'_, bool>;
+
+    /// Records one channel's outcome in the orchestrator's delivery ledger, resending while the orchestrator is
+    /// unreachable until the attempt's deadline. Returns false when it could not be recorded or the attempt no
+    /// longer counts. The default records nothing (actions run outside a worker).
+    fn delivery(&self, _report: DeliveryReport) -> futures::future::BoxFuture<'_, bool> {
+        Box::pin(async { true })
+    }
+}
+
+/// What the orchestrator handed an attempt of a step that delivers messages: the recipients its args name and
+/// the step's delivery ledger.
+#[derive(Debug, Clone, Default)]
+pub struct Deliveries {
+    /// Every recipient id the resolved args name; `None` for an id the orchestrator does not know.
+    pub recipients: BTreeMap<String, Option<Recipient>>,
+    /// The step's ledger records, from earlier attempts.
+    pub ledger: Vec<DeliveryRecord>,
 }
 
 /// A sink that accepts everything (for running actions outside a worker, e.g. in tests).
@@ -40,6 +60,7 @@ pub struct ActionContext {
     cancel: CancellationToken,
     checkpoint: Arc<Mutex<Option<Value>>>,
     sink: Arc<dyn ProgressSink>,
+    deliveries: Arc<Deliveries>,
 }
 
 impl std::fmt::Debug for ActionContext {
@@ -72,7 +93,26 @@ impl ActionContext {
             cancel: CancellationToken::new(),
             checkpoint: Arc::new(Mutex::new(last_checkpoint)),
             sink,
+            deliveries: Arc::default(),
         }
+    }
+
+    /// This context with the recipients and the delivery ledger the orchestrator handed the attempt.
+    #[must_use]
+    pub fn with_deliveries(mut self, deliveries: Deliveries) -> Self {
+        self.deliveries = Arc::new(deliveries);
+        self
+    }
+
+    /// The recipients the attempt's args name and the step's delivery ledger.
+    pub fn deliveries(&self) -> &Deliveries {
+        &self.deliveries
+    }
+
+    /// Records one channel's outcome in the delivery ledger (see [`ProgressSink::delivery`]). Returns false
+    /// when it was not recorded: the action should stop rather than send more it cannot record.
+    pub async fn report_delivery(&self, report: DeliveryReport) -> bool {
+        self.sink.delivery(report).await
     }
 
     /// A context for running an action directly (tests, `cairn dev`), with no progress reporting.

@@ -13,6 +13,7 @@ use unicode_normalization::UnicodeNormalization;
 use crate::catalog::ActionCatalog;
 use crate::diagnostic::{Code, Diagnostic, did_you_mean};
 use crate::placeholder;
+use crate::recipient;
 use crate::pointer;
 use crate::validate::shape::Parsed;
 
@@ -69,8 +70,54 @@ pub(crate) fn check(parsed: &mut Parsed, catalog: &dyn ActionCatalog, out: &mut 
                 );
             }
         }
+        for at in &entry.spec().recipient_args {
+            if let Some(to) = step.args.pointer(at) {
+                let found = Found { to, at, args_at: &args_at, step_id: &step.id };
+                recipients(&found, &placeholder_leaves, catalog, out);
+            }
+        }
         if step.idempotent.is_none() && default_idempotent.is_none() {
             step.idempotent = Some(entry.spec().effect.is_idempotent());
+        }
+    }
+}
+
+/// A step's recipient argument: its value, its pointer inside args, and where args are in the plan.
+#[derive(Clone, Copy)]
+struct Found<'a> {
+    to: &'a serde_json::Value,
+    at: &'a str,
+    args_at: &'a str,
+    step_id: &'a str,
+}
+
+/// Literal recipient ids at `at` (one id or a list) that break the id rules or do not exist. Placeholders are
+/// resolved at dispatch, where an unknown recipient fails its delivery instead.
+fn recipients(found: &Found<'_>, placeholder_leaves: &HashSet<String>, catalog: &dyn ActionCatalog, out: &mut Vec<Diagnostic>) {
+    let Found { to, at, args_at, step_id } = *found;
+    let Some(ids) = recipient::ids_of(to) else { return };
+    if ids.len() > recipient::MAX_RECIPIENTS_PER_STEP {
+        let limit = recipient::MAX_RECIPIENTS_PER_STEP;
+        let msg = format!("step `{step_id}` names {} recipients; the limit is {limit}", ids.len());
+        out.push(Diagnostic::error(Code::LimitExceeded, format!("{args_at}{at}"), msg).step(step_id));
+        return;
+    }
+    for (index, id) in ids.into_iter().enumerate() {
+        let leaf = if to.is_string() { at.to_owned() } else { format!("{at}/{index}") };
+        if placeholder_leaves.contains(&leaf) {
+            continue;
+        }
+        let pointer = format!("{args_at}{leaf}");
+        let problem = match recipient::check_id(id) {
+            Err(e) => Some((e.to_string(), "recipient ids are 1 to 128 characters of A-Z, a-z, 0-9, `_.:@-`")),
+            Ok(()) if catalog.recipient_exists(id) == Some(false) => Some((
+                format!("step `{step_id}` sends to recipient `{id}`, which does not exist"),
+                "create it first: `cairn recipient set <id> --channel telegram:chat_id=…` or PUT /v1/recipients/{id}",
+            )),
+            Ok(()) => None,
+        };
+        if let Some((msg, hint)) = problem {
+            out.push(Diagnostic::error(Code::UnknownRecipient, pointer, msg).step(step_id).hint(hint));
         }
     }
 }

@@ -223,6 +223,7 @@ pub(crate) fn descriptor(spec: ActionSpec) -> pb::ActionDescriptor {
         description: spec.description,
         effect: effect.into(),
         grounded_args: spec.grounded_args,
+        recipient_args: spec.recipient_args,
         example_output_json: spec.example_output.map(|v| v.to_string()),
     }
 }

@@ -278,6 +278,7 @@ impl DynAction for Scripted {
             output_schema: json!({}),
             effect: self.effect,
             grounded_args: Vec::new(),
+            recipient_args: Vec::new(),
             example_output: None,
         }
     }
