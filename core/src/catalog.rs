@@ -175,6 +175,21 @@ fn spec(name: &str, description: &str, effect: Effect, args_schema: Value, outpu
     }
 }
 
+/// The args of `notify.send` as the validator knows them without a worker (the worker's own schema is the same
+/// shape, derived from its args type).
+fn notify_args_schema() -> Value {
+    let channel = json!({"enum": crate::recipient::ChannelType::names()});
+    json!({"type": "object", "required": ["text"], "properties": {
+        "text": {"type": "string"}, "title": {"type": "string"},
+        "to": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+        "channels": {"type": "array", "items": channel},
+        "success_policy": {"anyOf": [{"enum": ["all", "any"]},
+            {"type": "object", "required": ["min"], "additionalProperties": false,
+             "properties": {"min": {"type": "integer", "minimum": 1}}}]},
+        "channel_retry": {"type": "object", "additionalProperties": false, "properties": {
+            "delays_ms": {"type": "array", "maxItems": 10, "items": {"type": "integer", "minimum": 0, "maximum": 60000}}}}}})
+}
+
 /// Specs of the built-in actions (the worker issue implements them).
 pub fn builtin_specs() -> Vec<ActionSpec> {
     let any_object = json!({"type": "object"});
@@ -194,16 +209,13 @@ pub fn builtin_specs() -> Vec<ActionSpec> {
     weather.grounded_args = vec!["/city".into()];
     let mut notify = spec(
         "notify.send",
-        "Deliver a message to one or more channels (stdout, file, webhook); one delivery record per channel.",
+        "Deliver a message to recipients over their bound channels (telegram, email, slack, feishu, webhook, ntfy; \
+         stdout and file for development); one delivery record per recipient and channel.",
         Effect::NonIdempotent,
-        json!({"type": "object", "required": ["text"], "properties": {
-            "text": {"type": "string"}, "title": {"type": "string"},
-            "channels": {"type": "array", "items": {"type": "string", "minLength": 1}},
-            "to": {"type": "string"},
-            "success_policy": {"enum": ["all", "any"]}}}),
+        notify_args_schema(),
         json!({"type": "object", "properties": {"deliveries": {"type": "array"}}}),
     );
-    notify.grounded_args = vec!["/to".into()];
+    notify.recipient_args = vec!["/to".into()];
     vec![
         spec("noop", "Echo the args as the output.", Effect::Read, any_object.clone(), any_object.clone()),
         spec(

@@ -604,6 +604,9 @@ fn sample(code: Code) -> (String, Format, Limits) {
             "context": {"source_text": "weather in Wuhan"},
             "steps": [{"id": "a", "action": "weather.forecast", "args": {"city": "Lyon"}}]
         })),
+        Code::UnknownRecipient => {
+            steps(json!([{"id": "a", "action": "notify.send", "args": {"text": "hi", "to": "not an id"}}]))
+        }
         Code::LimitExceeded => steps(json!([{"id": "a", "action": "noop", "when": "x".repeat(20_000)}])),
         Code::InvalidExpression => {
             steps(json!([{"id": "a", "action": "condition.eval", "args": {"expr": "input.p >="}}]))

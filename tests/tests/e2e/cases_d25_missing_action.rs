@@ -32,6 +32,7 @@ fn descriptor(name: &str) -> ActionDescriptor {
         output_schema_json: json!({}).to_string(),
         effect: Effect::Read.into(),
         grounded_args: Vec::new(),
+        recipient_args: Vec::new(),
         example_output_json: None,
     }
 }

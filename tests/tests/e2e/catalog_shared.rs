@@ -31,6 +31,7 @@ fn lookup() -> ActionDescriptor {
         output_schema_json: json!({"type": "object"}).to_string(),
         effect: Effect::Read.into(),
         grounded_args: Vec::new(),
+        recipient_args: Vec::new(),
         example_output_json: Some(json!({"name": "Ann"}).to_string()),
     }
 }
