@@ -26,8 +26,20 @@ pub const MAX_RECIPIENTS_PER_STEP: usize = 100;
 
 /// A kind of channel a recipient can be bound to.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema, strum::EnumString,
-    strum::IntoStaticStr, strum::VariantArray,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -250,7 +262,10 @@ impl<'a> Fields<'a> {
             ChannelType::Stdout | ChannelType::File => &[],
         };
         let Some(map) = settings.as_object() else {
-            return Err(RecipientError::Settings { channel: kind.as_str(), message: "settings must be an object".into() });
+            return Err(RecipientError::Settings {
+                channel: kind.as_str(),
+                message: "settings must be an object".into(),
+            });
         };
         Ok(Self { kind, map, allowed })
     }
@@ -288,11 +303,13 @@ impl<'a> Fields<'a> {
         let id = self.required("chat_id")?;
         let numeric = id.strip_prefix('-').unwrap_or(&id);
         let numeric = !numeric.is_empty() && numeric.bytes().all(|b| b.is_ascii_digit());
-        let username = id.strip_prefix('@').is_some_and(|u| {
-            (5..=32).contains(&u.len()) && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        });
+        let username = id
+            .strip_prefix('@')
+            .is_some_and(|u| (5..=32).contains(&u.len()) && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
         if !(numeric && id.len() <= 32) && !username {
-            return Err(self.error(format!("`chat_id` `{}` is neither a numeric chat id nor @username", id.escape_debug())));
+            return Err(
+                self.error(format!("`chat_id` `{}` is neither a numeric chat id nor @username", id.escape_debug()))
+            );
         }
         Ok(id)
     }

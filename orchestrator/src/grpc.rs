@@ -15,7 +15,8 @@ use cairn_core::text;
 use cairn_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
 use cairn_proto::v1::{
     self as pb, Attempt, CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, FailRequest, HeartbeatRequest,
-    HeartbeatResponse, PollRequest, PollResponse, RegisterRequest, RegisterResponse, ReportOutcome, ReportDeliveryRequest, ReportDeliveryResponse, ReportResponse,
+    HeartbeatResponse, PollRequest, PollResponse, RegisterRequest, RegisterResponse, ReportDeliveryRequest,
+    ReportDeliveryResponse, ReportOutcome, ReportResponse,
 };
 use cairn_store::{Claimed, ErrorClass, HeartbeatOutcome, Lease, Report, StoreError};
 use tonic::service::interceptor::InterceptedService;

@@ -13,8 +13,8 @@ use unicode_normalization::UnicodeNormalization;
 use crate::catalog::ActionCatalog;
 use crate::diagnostic::{Code, Diagnostic, did_you_mean};
 use crate::placeholder;
-use crate::recipient;
 use crate::pointer;
+use crate::recipient;
 use crate::validate::shape::Parsed;
 
 pub(crate) fn check(parsed: &mut Parsed, catalog: &dyn ActionCatalog, out: &mut Vec<Diagnostic>) {
@@ -93,7 +93,12 @@ struct Found<'a> {
 
 /// Literal recipient ids at `at` (one id or a list) that break the id rules or do not exist. Placeholders are
 /// resolved at dispatch, where an unknown recipient fails its delivery instead.
-fn recipients(found: &Found<'_>, placeholder_leaves: &HashSet<String>, catalog: &dyn ActionCatalog, out: &mut Vec<Diagnostic>) {
+fn recipients(
+    found: &Found<'_>,
+    placeholder_leaves: &HashSet<String>,
+    catalog: &dyn ActionCatalog,
+    out: &mut Vec<Diagnostic>,
+) {
     let Found { to, at, args_at, step_id } = *found;
     let Some(ids) = recipient::ids_of(to) else { return };
     if ids.len() > recipient::MAX_RECIPIENTS_PER_STEP {
