@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cairn_core::catalog::{ActionSpec, Effect};
+use cairn_core::delivery::DeliveryReport;
 use cairn_proto::v1::worker_service_client::WorkerServiceClient;
 use cairn_proto::v1::{
     self as pb, CompleteRequest, FailRequest, HeartbeatRequest, PollRequest, RegisterRequest, RegisterResponse,
@@ -136,6 +137,21 @@ impl OrchestratorClient {
         let req =
             HeartbeatRequest { worker_id: self.worker_id.to_string(), lease: Some(lease.clone()), checkpoint_json };
         Ok(self.inner.clone().heartbeat(timed(req, CALL_TIMEOUT)).await?.into_inner().alive)
+    }
+
+    /// Records one channel's outcome in the step's delivery ledger. `Ok(false)`: the attempt no longer counts.
+    pub(crate) async fn report_delivery(&self, lease: &pb::Lease, report: &DeliveryReport) -> Result<bool, Status> {
+        let req = pb::ReportDeliveryRequest {
+            worker_id: self.worker_id.to_string(),
+            lease: Some(lease.clone()),
+            recipient_id: report.recipient_id.clone(),
+            channel: report.channel.clone(),
+            status: report.status.as_str().to_owned(),
+            tries: report.tries,
+            last_error: report.last_error.clone(),
+            provider_message_id: report.provider_message_id.clone(),
+        };
+        Ok(self.inner.clone().report_delivery(timed(req, CALL_TIMEOUT)).await?.into_inner().alive)
     }
 
     /// Reports a successful attempt, asking for up to `next_max_attempts` attempts of `next_actions` in the same

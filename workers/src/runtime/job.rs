@@ -4,13 +4,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use apalis::prelude::{Task, TaskBuilder};
+use cairn_core::delivery::{DeliveryRecord, DeliveryStatus};
+use cairn_core::recipient::Recipient;
 use cairn_proto::v1 as pb;
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::client::OrchestratorClient;
 use super::progress::{LeaseProgress, heartbeat_every};
-use crate::context::ActionContext;
+use crate::context::{ActionContext, Deliveries};
 
 /// An attempt handed to apalis. Built when the attempt arrives, so its deadline is measured on this worker's
 /// clock from the moment it was received (`remaining_ms`), whatever the skew with the orchestrator.
@@ -73,15 +75,18 @@ impl AttemptJob {
                     None
                 }
             });
-        let progress = Arc::new(LeaseProgress::new(client.clone(), lease.clone()));
+        let remaining = Duration::from_millis(attempt.remaining_ms);
+        let deadline = tokio::time::Instant::now() + remaining;
+        let progress = Arc::new(LeaseProgress::new(client.clone(), lease.clone(), deadline));
         let mut ctx = ActionContext::new(
             lease.run_id.clone(),
             lease.step_id.clone(),
             lease.attempt,
-            Duration::from_millis(attempt.remaining_ms),
+            remaining,
             checkpoint,
             progress.clone(),
-        );
+        )
+        .with_deliveries(deliveries(attempt.recipients, attempt.deliveries));
         if !attempt.idempotency_key.is_empty() {
             ctx.idempotency_key = attempt.idempotency_key;
         }
@@ -100,4 +105,40 @@ impl AttemptJob {
         };
         Some(TaskBuilder::new(job).data(info).build())
     }
+}
+
+/// The recipients and the delivery ledger an attempt carries, in the action context's terms. A recipient or a
+/// record the worker cannot read is dropped with a warning: the orchestrator checked both when it stored them.
+fn deliveries(recipients: Vec<pb::AttemptRecipient>, ledger: Vec<pb::DeliveryRecord>) -> Deliveries {
+    let recipients = recipients
+        .into_iter()
+        .map(|r| {
+            let parsed = r.recipient_json.as_deref().and_then(|json| match serde_json::from_str::<Recipient>(json) {
+                Ok(recipient) => Some(recipient),
+                Err(e) => {
+                    tracing::warn!(recipient = %r.id, error = %e, "the attempt's recipient is unreadable");
+                    None
+                }
+            });
+            (r.id, parsed)
+        })
+        .collect();
+    let ledger = ledger
+        .into_iter()
+        .filter_map(|record| {
+            let Ok(status) = record.status.parse::<DeliveryStatus>() else {
+                tracing::warn!(status = %record.status, "the attempt's ledger holds an unknown delivery status");
+                return None;
+            };
+            Some(DeliveryRecord {
+                recipient_id: record.recipient_id,
+                channel: record.channel,
+                status,
+                attempts: record.attempts,
+                last_error: record.last_error,
+                provider_message_id: record.provider_message_id,
+            })
+        })
+        .collect();
+    Deliveries { recipients, ledger }
 }
