@@ -51,7 +51,8 @@ impl Client {
     }
 }
 
-fn ok(status: StatusCode, body: Value) -> anyhow::Result<Value> {
+/// The body of a successful answer; the server's error, with its diagnostics, otherwise.
+pub(crate) fn ok(status: StatusCode, body: Value) -> anyhow::Result<Value> {
     if status.is_success() {
         return Ok(body);
     }

@@ -95,6 +95,8 @@ enum Command {
     Rerun(command::runs::RerunArgs),
     /// Cron schedules: create, list, show, pause, resume, trigger, delete, and preview fire times (`next`).
     Schedule(command::schedule::Args),
+    /// Recipients of reminders and their bound channels: set, show, list, delete.
+    Recipient(command::recipient::Args),
     /// List steps waiting for approval across runs.
     Approvals(command::schedule::ApprovalsArgs),
     /// Run a worker process serving the built-in actions to an orchestrator (until SIGTERM or ctrl-c).
@@ -158,6 +160,7 @@ fn run_async(cli: &Cli) -> anyhow::Result<ExitCode> {
             Command::Bench(args) => command::bench::run(args).await,
             Command::Schedule(args) => command::schedule::run(args, &settings).await,
             Command::Approvals(args) => command::schedule::approvals(args, &settings).await,
+            Command::Recipient(args) => command::recipient::run(args, &settings).await,
             Command::Validate(_) | Command::Schema(_) => unreachable!("handled synchronously"),
         }
     })

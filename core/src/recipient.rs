@@ -362,11 +362,32 @@ pub fn ids_of(to: &Value) -> Option<Vec<&str>> {
     }
 }
 
+/// The recipient ids `args` names at `pointers` (an action's `recipient_args`), in order, each once. Values that
+/// are not an id or a list of ids are skipped: the args schema and the validator speak about those.
+pub fn named_in<'a>(pointers: &[String], args: &'a Value) -> Vec<&'a str> {
+    let mut ids: Vec<&str> = Vec::new();
+    for pointer in pointers {
+        for id in args.pointer(pointer).and_then(ids_of).unwrap_or_default() {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_ids_args_name_come_once_in_order() {
+        let args = json!({"to": ["b", "a", "b"], "cc": "a", "bcc": 7});
+        let pointers = ["/to".to_owned(), "/cc".to_owned(), "/bcc".to_owned(), "/missing".to_owned()];
+        assert_eq!(named_in(&pointers, &args), ["b", "a"]);
+    }
 
     #[test]
     fn a_recipient_with_every_channel_type_parses() {

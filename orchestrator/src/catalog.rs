@@ -8,10 +8,11 @@
 //! through another orchestrator. A registered spec replaces a built-in of the same name (a newer version of an
 //! action wins).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use cairn_core::catalog::{ActionCatalog, ActionSpec, CatalogEntry, SchemaError, StaticCatalog};
+use cairn_core::recipient;
 use cairn_store::{Store, StoreError};
 use serde_json::Value;
 
@@ -32,11 +33,27 @@ impl std::fmt::Debug for LiveCatalog {
 pub struct Snapshot {
     base: Arc<dyn ActionCatalog + Send + Sync>,
     registered: Arc<StaticCatalog>,
+    /// The literal recipient ids of the plan that were looked up, and which of them exist.
+    recipients: RecipientsSeen,
 }
+
+/// Recipient ids looked up for one validation: `checked` were asked of the database, `existing` were there.
+#[derive(Debug, Default)]
+struct RecipientsSeen {
+    checked: HashSet<String>,
+    existing: HashSet<String>,
+}
+
+/// Most literal recipient ids looked up for one plan; ids past it are not checked at submit (their deliveries
+/// fail at run time if the recipient is missing then).
+const MAX_RECIPIENTS_LOOKED_UP: usize = 1000;
 
 impl ActionCatalog for Snapshot {
     fn get(&self, name: &str) -> Option<&CatalogEntry> {
         self.registered.get(name).or_else(|| self.base.get(name))
+    }
+    fn recipient_exists(&self, id: &str) -> Option<bool> {
+        self.recipients.checked.contains(id).then(|| self.recipients.existing.contains(id))
     }
     fn names(&self) -> Vec<&str> {
         let mut names = self.base.names();
@@ -67,21 +84,52 @@ impl LiveCatalog {
     /// The current view.
     pub fn snapshot(&self) -> Snapshot {
         let guard = self.registered.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Snapshot { base: self.base.clone(), registered: guard.1.clone() }
+        Snapshot { base: self.base.clone(), registered: guard.1.clone(), recipients: RecipientsSeen::default() }
     }
 
     /// The view to validate `plan` against: the current one, or, when the plan names an action it lacks, the
-    /// catalog as the database holds it now (a store error is logged and the current view used).
+    /// catalog as the database holds it now (a store error is logged and the current view used); with the
+    /// literal recipients its steps name looked up, so that a missing one is a diagnostic.
     pub async fn snapshot_for(&self, plan: &Value) -> Snapshot {
-        let snapshot = self.snapshot();
-        let unknown = actions_of(plan).any(|name| snapshot.get(name).is_none());
-        if !unknown {
-            return snapshot;
+        let mut snapshot = self.snapshot();
+        if actions_of(plan).any(|name| snapshot.get(name).is_none()) {
+            if let Err(e) = self.load().await {
+                tracing::warn!(error = %e, "could not reload the action catalog; validating against the last one");
+            }
+            snapshot = self.snapshot();
         }
-        if let Err(e) = self.load().await {
-            tracing::warn!(error = %e, "could not reload the action catalog; validating against the last one");
+        snapshot.recipients = self.recipients_seen(&snapshot, plan).await;
+        snapshot
+    }
+
+    /// Looks up the literal recipient ids `plan`'s steps name (a store error is logged and nothing is checked).
+    async fn recipients_seen(&self, snapshot: &Snapshot, plan: &Value) -> RecipientsSeen {
+        let mut ids: Vec<String> = Vec::new();
+        for step in steps_of(plan) {
+            let Some(entry) = step.get("action").and_then(Value::as_str).and_then(|a| snapshot.get(a)) else {
+                continue;
+            };
+            let args = step.get("args").unwrap_or(&Value::Null);
+            for id in recipient::named_in(&entry.spec().recipient_args, args) {
+                if recipient::check_id(id).is_ok() && !ids.iter().any(|seen| seen == id) {
+                    ids.push(id.to_owned());
+                }
+            }
         }
-        self.snapshot()
+        ids.truncate(MAX_RECIPIENTS_LOOKED_UP);
+        if ids.is_empty() {
+            return RecipientsSeen::default();
+        }
+        match self.store.recipients_get(&ids).await {
+            Ok(found) => RecipientsSeen {
+                existing: found.into_iter().map(|r| r.id).collect(),
+                checked: ids.into_iter().collect(),
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look up the plan's recipients; not checking them at submit");
+                RecipientsSeen::default()
+            }
+        }
     }
 
     /// Replaces the registered actions with those stored in the database. A stored spec that does not decode
@@ -140,7 +188,12 @@ impl LiveCatalog {
     }
 }
 
-/// The action names a plan document's steps use (leniently: a malformed plan names what it can).
+/// The steps of a plan document (leniently: a malformed plan has what it can).
+fn steps_of(plan: &Value) -> impl Iterator<Item = &Value> {
+    plan.get("steps").and_then(Value::as_array).into_iter().flatten()
+}
+
+/// The action names a plan document's steps use.
 fn actions_of(plan: &Value) -> impl Iterator<Item = &str> {
-    plan.get("steps").and_then(Value::as_array).into_iter().flatten().filter_map(|s| s.get("action")?.as_str())
+    steps_of(plan).filter_map(|s| s.get("action")?.as_str())
 }

@@ -28,6 +28,7 @@ use crate::replies::HandedReplies;
 use crate::secret::{ExposeSecret, SecretString};
 
 mod completions;
+mod deliveries;
 mod limits;
 
 pub use limits::GrpcLimits;
@@ -243,7 +244,9 @@ impl WorkerService for WorkerGrpc {
         let claimed =
             self.engine.claim_wait(&req.worker_id, &req.actions, limit, wait).await.map_err(|e| unavailable(&e))?;
         let now = self.engine.now_ms();
-        Ok(Response::new(PollResponse { attempts: claimed.into_iter().map(|c| attempt(c, now)).collect() }))
+        let mut attempts: Vec<Attempt> = claimed.into_iter().map(|c| attempt(c, now)).collect();
+        self.add_deliveries(&req.worker_id, &mut attempts).await;
+        Ok(Response::new(PollResponse { attempts }))
     }
 
     async fn heartbeat(&self, request: Request<HeartbeatRequest>) -> Result<Response<HeartbeatResponse>, Status> {
@@ -293,8 +296,8 @@ impl WorkerService for WorkerGrpc {
 
     async fn report_delivery(
         &self,
-        _request: Request<ReportDeliveryRequest>,
+        request: Request<ReportDeliveryRequest>,
     ) -> Result<Response<ReportDeliveryResponse>, Status> {
-        Err(Status::unimplemented("the delivery ledger is being built"))
+        Ok(Response::new(self.delivery(request.into_inner()).await?))
     }
 }

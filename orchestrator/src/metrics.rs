@@ -2,9 +2,9 @@
 //!
 //! Two sources:
 //! - **The database**, read at each scrape ([`cairn_store::Store::stats`]): runs and steps by status, attempts and
-//!   failures by action and failure code, the ready queue, active leases, due timers. These are the same from
-//!   every orchestrator sharing the database and survive restarts; the attempt and failure "counters" are
-//!   counts over the retained history.
+//!   failures by action and failure code, delivery ledger records by channel and outcome, the ready queue,
+//!   active leases, due timers. These are the same from every orchestrator sharing the database and survive
+//!   restarts; the attempt, failure and delivery "counters" are counts over the retained history.
 //! - **This process**, observed as it works: the dispatch latency (claim time minus the time the step became
 //!   claimable) and the attempt duration (claim to report) histograms, and the workers heard from (poll,
 //!   heartbeat, report) within one lease TTL. With several orchestrators, sum these across them.
@@ -295,6 +295,20 @@ fn database_metrics(registry: &Registry, stats: &StoreStats, now_ms: i64) {
     register(registry, &failures);
     for row in &stats.failures {
         failures.with_label_values(&[row.action.as_str(), row.code.as_str()]).inc_by(count(row.count));
+    }
+    let deliveries = IntCounterVec::new(
+        Opts::new(
+            "cairn_deliveries_total",
+            "Delivery ledger records (one per run, step, recipient and channel), by channel type and outcome \
+             (`delivered`; `failed`: its last try failed). Channels skipped as already delivered are in the step's \
+             output, not here.",
+        ),
+        &["channel", "outcome"],
+    )
+    .expect("a valid metric");
+    register(registry, &deliveries);
+    for row in &stats.deliveries {
+        deliveries.with_label_values(&[row.channel.as_str(), row.status.as_str()]).inc_by(count(row.count));
     }
     gauge(registry, "cairn_queue_depth", "Ready steps due now, waiting for a worker.", stats.queue_depth);
     let oldest = Gauge::new(

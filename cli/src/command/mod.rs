@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod find;
 pub mod plan;
+pub mod recipient;
 pub mod run;
 pub mod runs;
 pub mod schedule;

@@ -62,6 +62,9 @@ pub async fn run(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode
     let base = server.clone().unwrap_or_else(|| embedded.as_ref().map(embedded::Embedded::url).unwrap_or_default());
     let client = Client::new(&base, settings.api_token.clone())?;
     let stop = crate::signal::Stop::install();
+    if embedded.is_some() && args.demo {
+        bind_demo_recipient(&client, args.json).await?;
+    }
     let outcome = match submit(&client, args, plan).await {
         Ok(Submitted::Run(id)) => tokio::select! {
             followed = watch(&client, &id, args.json) => followed,
@@ -77,6 +80,21 @@ pub async fn run(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode
         app.shutdown().await;
     }
     outcome
+}
+
+/// The recipient the demo plans send to, `me`, bound to the development channels: a line on standard output and
+/// a JSON line in the worker's notification file (`CAIRN_NOTIFY_FILE`).
+const DEMO_RECIPIENT: &str = "me";
+
+async fn bind_demo_recipient(client: &Client, json: bool) -> anyhow::Result<()> {
+    let body = json!({"channels": {"stdout": {}, "file": {}}, "timezone": "Asia/Shanghai"});
+    let (status, answer) =
+        client.call(reqwest::Method::PUT, &format!("/v1/recipients/{DEMO_RECIPIENT}"), Some(&body)).await?;
+    crate::client::ok(status, answer)?;
+    if !json {
+        out!("recipient {DEMO_RECIPIENT} bound to stdout and file (demo)");
+    }
+    Ok(())
 }
 
 /// A submission's outcome: the run to follow, or the exit code of a refusal already reported.

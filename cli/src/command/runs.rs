@@ -259,14 +259,37 @@ pub struct RunArgs {
 /// `cairn show RUN`.
 pub async fn show(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let client = args.target.client(settings)?;
-    let run = client.get(&format!("/v1/runs/{}", args.run)).await?;
+    let mut run = client.get(&format!("/v1/runs/{}", args.run)).await?;
+    let deliveries = client.get(&format!("/v1/runs/{}/deliveries", args.run)).await?;
     if args.target.json {
+        run["deliveries"] = deliveries["deliveries"].clone();
         out!("{}", serde_json::to_string_pretty(&run)?);
         return Ok(ExitCode::SUCCESS);
     }
     print_summary(&run);
+    print_deliveries(&deliveries["deliveries"]);
     print_plan(&client.get(&format!("/v1/runs/{}/plan", args.run)).await?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The delivery ledger, one line per step, recipient and channel: status, tries, and why the last try failed.
+fn print_deliveries(deliveries: &Value) {
+    let Some(list) = deliveries.as_array().filter(|l| !l.is_empty()) else { return };
+    out!("  deliveries");
+    for d in list {
+        let recipient = d["recipient_id"].as_str().filter(|r| !r.is_empty()).unwrap_or("(worker)");
+        let tries = d["attempts"].as_u64().unwrap_or(0);
+        let error = d["last_error"].as_str().map(|e| format!("  last error: {e}")).unwrap_or_default();
+        let id = d["provider_message_id"].as_str().map(|m| format!("  id {m}")).unwrap_or_default();
+        out!(
+            "    {:<16} {:<16} {:<9} {:<10} {tries} {}{id}{error}",
+            d["step_id"].as_str().unwrap_or("?"),
+            recipient,
+            d["channel"].as_str().unwrap_or("?"),
+            d["status"].as_str().unwrap_or("?"),
+            if tries == 1 { "try" } else { "tries" }
+        );
+    }
 }
 
 /// The plan a run follows, one step a line: its action, what it depends on, its condition and approval.

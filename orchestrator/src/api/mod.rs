@@ -4,7 +4,8 @@
 //! `POST /v1/plans:draft`, `POST /v1/runs`, `GET /v1/runs`, `GET /v1/runs/{id}`, `GET /v1/runs/{id}/events` (JSON,
 //! or `text/event-stream` for live updates),
 //! `POST /v1/runs/{id}:cancel|:redrive|:rerun|:pause|:resume`, `POST /v1/runs/{id}/steps/{step}:approve|:reject|:retry|:skip|:fail`,
-//! `GET /v1/actions`; durable waiting: `/v1/schedules` (CRUD, `:pause`, `:resume`, `/{id}/next`), `POST /v1/events`,
+//! `GET /v1/actions`; recipients, `PUT|GET|DELETE /v1/recipients/{id}`, `GET /v1/recipients`, and a run's
+//! delivery ledger, `GET /v1/runs/{id}/deliveries` ([`recipients`]); durable waiting: `/v1/schedules` (CRUD, `:pause`, `:resume`, `/{id}/next`), `POST /v1/events`,
 //! `GET /v1/approvals`. The `:verb` suffixes are parsed in the handlers because the router does not match
 //! suffixes after a path parameter.
 //!
@@ -30,6 +31,7 @@ mod metrics;
 mod openapi;
 mod openapi_schemas;
 mod plans;
+mod recipients;
 mod run_plan;
 mod run_query;
 mod runs;
@@ -112,6 +114,9 @@ pub fn router(engine: Engine, config: ApiConfig) -> Router {
         .route("/v1/runs/{id}", get(runs::show).post(runs::run_action))
         .route("/v1/runs/{id}/events", get(events::events))
         .route("/v1/runs/{id}/plan", get(run_plan::show))
+        .route("/v1/runs/{id}/deliveries", get(recipients::of_run))
+        .route("/v1/recipients", get(recipients::list))
+        .route("/v1/recipients/{id}", get(recipients::show).put(recipients::put).delete(recipients::delete))
         .route("/v1/runs/{id}/steps/{step}", post(runs::step_action))
         .route("/v1/actions", get(runs::actions))
         .route("/v1/workers", get(workers::list))

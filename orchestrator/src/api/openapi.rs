@@ -192,6 +192,22 @@ fn operations() -> Vec<(&'static str, &'static str, Op)> {
         ("/v1/workers", "get", Op::new("listWorkers",
             "workers seen in the last 24 hours: actions served, last seen, connected, attempts in flight")
             .answers("200", answer("{workers: [{worker_id, last_seen_at, connected, actions, in_flight}]}", schema("Object")))),
+        ("/v1/runs/{id}/deliveries", "get", Op::new("listRunDeliveries",
+            "the run's delivery ledger: one record per step, recipient and channel, with status, attempts, last error, \
+             provider message id and times")
+            .answers("200", answer("{deliveries}", schema("DeliveryList"))).answers("404", error("no such run"))),
+        ("/v1/recipients", "get", Op::new("listRecipients", "recipients by id, a page at a time")
+            .query("after", "string", "the `next_after` of the previous page")
+            .query("limit", "integer", "1-500, default 100")
+            .answers("200", answer("{recipients, next_after}", schema("RecipientList")))
+            .answers("400", error("limit out of range"))),
+        ("/v1/recipients/{id}", "put", Op::new("putRecipient", "create or replace a recipient and its bound channels")
+            .body("RecipientRequest", true).answers("200", answer("replaced", schema("Recipient")))
+            .answers("201", answer("created", schema("Recipient"))).answers("422", error("invalid_recipient"))),
+        ("/v1/recipients/{id}", "get", Op::new("getRecipient", "a recipient (secrets redacted)")
+            .answers("200", answer("the recipient", schema("Recipient"))).answers("404", error("no such recipient"))),
+        ("/v1/recipients/{id}", "delete", Op::new("deleteRecipient", "delete a recipient (the ledger keeps its records)")
+            .answers("204", json!({"description": "deleted"})).answers("404", error("no such recipient"))),
         ("/v1/schedules", "post", Op::new("createSchedule", "create a cron schedule")
             .body("ScheduleRequest", true).answers("201", answer("the schedule", schema("Schedule")))
             .answers("409", error("conflict: the id is taken"))

@@ -123,6 +123,17 @@ fn relink(schema: &mut Value) {
     }
 }
 
+/// A recipient's fields: its channels keyed by type, each with that type's settings, and its time zone.
+fn recipient_fields() -> Value {
+    json!({
+        "channels": {"type": "object", "propertyNames": {"enum": cairn_core::recipient::ChannelType::names()},
+            "additionalProperties": {"type": "object", "additionalProperties": {"type": "string"}},
+            "description": "telegram {chat_id}, email {address}, slack {webhook_url}, feishu {webhook_url, secret?}, \
+                webhook {url, secret?}, ntfy {topic, server?}, stdout {}, file {}"},
+        "timezone": text(),
+    })
+}
+
 /// Every component schema, by name.
 pub(super) fn schemas() -> Value {
     let mut schedule_request = schedule_fields();
@@ -165,6 +176,22 @@ pub(super) fn schemas() -> Value {
         "SchedulePatch": strict(&[], schedule_fields()),
         "Schedule": object(&["id", "cron"], schedule),
         "ScheduleList": list_of("schedules", json!({"$ref": "#/components/schemas/Schedule"})),
+        "RecipientRequest": strict(&["channels"], recipient_fields()),
+        "Recipient": object(&["id", "channels"], {
+            let mut fields = recipient_fields();
+            fields["id"] = text();
+            fields["created_at"] = integer();
+            fields["updated_at"] = integer();
+            fields
+        }),
+        "RecipientList": object(&["recipients"], json!({
+            "recipients": {"type": "array", "items": {"$ref": "#/components/schemas/Recipient"}},
+            "next_after": nullable("string")})),
+        "DeliveryList": list_of("deliveries", object(&["step_id", "recipient_id", "channel", "status", "attempts"],
+            json!({"run_id": text(), "step_id": text(), "recipient_id": text(), "channel": text(),
+                "status": {"enum": ["delivered", "failed"]}, "attempts": integer(), "step_attempt": integer(),
+                "last_error": nullable("string"), "provider_message_id": nullable("string"),
+                "first_attempt_at": integer(), "last_attempt_at": integer(), "delivered_at": nullable("integer")}))),
         "Triggered": object(&["run_id"], json!({"run_id": text(), "cancelled": {"type": "array", "items": text()}})),
         "EventRequest": strict(&["name"], json!({"name": text(), "key": text(), "id": text(), "payload": {}})),
         "EventAccepted": object(&["id", "matched"], json!({"id": text(), "duplicate": {"type": "boolean"},

@@ -10,11 +10,13 @@
 //! PostgreSQL database).
 
 mod commit;
+mod deliveries;
 mod peers;
 mod reap_grace;
 mod repair;
 mod waiters;
 
+pub use deliveries::{AttemptDeliveries, DeliveryAnswer};
 pub use repair::{RetryError, RetryRequest};
 
 use std::sync::Arc;

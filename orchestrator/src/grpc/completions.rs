@@ -52,8 +52,9 @@ impl WorkerGrpc {
     /// One completion, as `Complete` answers it (see the protocol file): the outcome and any attempts claimed
     /// with it, or the status the call fails with.
     pub(super) async fn complete_one(&self, req: CompleteRequest) -> Result<ReportResponse, Status> {
+        let worker_id = req.worker_id.clone();
         let prepared = self.prepare(req).await;
-        let answer = self.answer_all(vec![prepared]).await.pop();
+        let answer = self.answer_all(&worker_id, vec![prepared]).await.pop();
         answer.unwrap_or_else(|| Err(unavailable(&StoreError::Stopped)))
     }
 
@@ -73,14 +74,14 @@ impl WorkerGrpc {
         for item in req.items {
             prepared.push(self.prepare(CompleteRequest { worker_id: req.worker_id.clone(), ..item }).await);
         }
-        let answers = self.answer_all(prepared).await;
+        let answers = self.answer_all(&req.worker_id, prepared).await;
         let results = answers.into_iter().map(|a| pb::CompleteResult { result: Some(item_result(a)) }).collect();
         Ok(CompleteBatchResponse { results })
     }
 
     /// Writes the completions of `prepared` that need the writer, all as one operation (one batch of the
     /// writer), and answers every item in order.
-    async fn answer_all(&self, prepared: Vec<Prepared>) -> Vec<Result<ReportResponse, Status>> {
+    async fn answer_all(&self, worker_id: &str, prepared: Vec<Prepared>) -> Vec<Result<ReportResponse, Status>> {
         let writes: Vec<CompletionAndClaim<'_>> = prepared
             .iter()
             .filter_map(|p| match p {
@@ -105,7 +106,11 @@ impl WorkerGrpc {
             .collect();
         let mut answers = Vec::with_capacity(settled.len());
         for s in settled {
-            answers.push(self.finish(s).await);
+            let mut answer = self.finish(s).await;
+            if let Ok(response) = &mut answer {
+                self.add_deliveries(worker_id, &mut response.next).await;
+            }
+            answers.push(answer);
         }
         answers
     }

@@ -68,6 +68,9 @@ mod observability_otlp_grpc;
 // Repairing a run: retrying failed steps, with repaired args.
 mod repair_retry;
 
+// Recipients and the delivery ledger.
+mod recipients_api;
+
 // The CLI's exit codes and `cairn logs --follow`.
 mod cli_exit_codes;
 

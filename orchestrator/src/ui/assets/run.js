@@ -1,6 +1,6 @@
 // The run page (`/ui/runs/{id}`): the run's facts and operator actions, its DAG (from `GET /v1/runs/{id}/plan`,
 // read once), the timeline of attempts and the selected step's detail (args, output, failure records,
-// checkpoint, why it waits) with the step's actions. It re-reads `GET /v1/runs/{id}` whenever the run's history stream (`GET /v1/runs/{id}/events` as
+// checkpoint, deliveries from `GET /v1/runs/{id}/deliveries`, why it waits) with the step's actions. It re-reads `GET /v1/runs/{id}` whenever the run's history stream (`GET /v1/runs/{id}/events` as
 // SSE) reports an event, so what it shows follows the run.
 "use strict";
 
@@ -110,7 +110,7 @@
     return parts;
   }
 
-  function detail(run, step, notes, refresh, keep) {
+  function detail(run, step, notes, refresh, keep, deliveries) {
     const why = whyWaiting(run, step);
     const facts = el("dl", {},
       el("dt", { text: "Status" }), el("dd", {}, status(step.status)),
@@ -135,11 +135,26 @@
       // Placeholders resolved against the run as it stands; shown when they differ from the args as written.
       step.resolved_args !== null && step.resolved_args !== undefined &&
         JSON.stringify(step.resolved_args) !== JSON.stringify(step.args) ? section("Resolved args", step.resolved_args) : null,
+      deliveriesOf(deliveries, step),
       section("Output", step.output),
       // The error is the last failure record when there are records; shown alone only without them.
       step.error && !failures.length ? section("Error", step.error) : null,
       failures.length ? [el("h3", { text: `Failure records (${failures.length})` }), failures] : null,
       section("Checkpoint", step.checkpoint));
+  }
+
+  // The step's delivery ledger: one row per recipient and channel, with tries and why the last one failed.
+  function deliveriesOf(deliveries, step) {
+    const rows = (deliveries || []).filter((d) => d.step_id === step.id);
+    if (!rows.length) return null;
+    const head = el("tr", {}, ["Recipient", "Channel", "Status", "Tries", "Provider id", "Last error"]
+      .map((t) => el("th", { text: t })));
+    const body = rows.map((d) => el("tr", { "data-channel": d.channel, "data-recipient": d.recipient_id },
+      el("td", { class: "mono", text: d.recipient_id || "(worker)" }), el("td", { text: d.channel }),
+      el("td", {}, status(d.status)), el("td", { text: String(d.attempts) }),
+      el("td", { class: "mono", text: d.provider_message_id || "—" }), el("td", { text: d.last_error || "" })));
+    return [el("h3", { text: `Deliveries (${rows.length})` }),
+      el("table", { class: "grid", id: "step-deliveries" }, el("thead", {}, head), el("tbody", {}, body))];
   }
 
   function defaultStep(run) {
@@ -149,7 +164,7 @@
   }
 
   function runPage(main, [id]) {
-    const state = { run: null, plan: null, selected: null };
+    const state = { run: null, plan: null, selected: null, deliveries: [] };
     const notes = operatorNotes();
     const kept = new Map();
     const keep = (key, make) => {
@@ -170,8 +185,11 @@
     const refresh = () => {
       if (reading) { again = true; return; }
       reading = true;
-      api("GET", `/v1/runs/${encodeURIComponent(id)}`)
-        .then((run) => { state.run = run; render(); follow(run.finished_at_ms === null); })
+      const base = `/v1/runs/${encodeURIComponent(id)}`;
+      Promise.all([api("GET", base), api("GET", `${base}/deliveries`)])
+        .then(([run, ledger]) => {
+          state.run = run; state.deliveries = ledger.deliveries; render(); follow(run.finished_at_ms === null);
+        })
         .catch((e) => holder.replaceChildren(Cairn.errorBox(e)))
         .finally(() => {
           reading = false;
@@ -211,7 +229,7 @@
             el("div", { class: "panel" }, el("h2", { text: "Plan" }),
               el("div", { class: "dag" }, RunGraph.dag(plan.steps || [], run.steps, state.selected, select)), legend),
             el("div", { class: "panel" }, el("h2", { text: "Timeline of attempts" }), RunGraph.timeline(run, Date.now()))),
-          step ? detail(run, step, notes, refresh, keep) : el("div", { class: "panel empty", text: "No steps." })),
+          step ? detail(run, step, notes, refresh, keep, state.deliveries) : el("div", { class: "panel empty", text: "No steps." })),
         run.input !== undefined && run.input !== null
           ? el("div", { class: "panel" }, el("h2", { text: "Input" }), el("pre", { text: json(run.input) })) : null);
       if (focused && focused !== document.activeElement && holder.contains(focused)) focused.focus();
