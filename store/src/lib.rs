@@ -14,6 +14,7 @@
 //!   deadlines, external events and `event.wait` steps.
 //! - `tx`, `sql`, `rows`, `sqlite`, `postgres`: statements and rows.
 //! - `peers`: messages between orchestrators sharing a PostgreSQL database (`LISTEN`/`NOTIFY`).
+//! - `recipients`, `deliveries`, `ledger_tx`: who `notify.send` delivers to, and the per-step delivery ledger.
 //!
 //! Every method takes `now` from the caller (the orchestrator's injected clock): SQL never decides with `now()`.
 
@@ -45,6 +46,7 @@ pub mod model;
 mod peers;
 mod postgres;
 mod read;
+mod recipients;
 mod reopen_tx;
 mod rows;
 mod run_filter;
@@ -68,6 +70,7 @@ pub use flow::finish::{Report, ReportLimits};
 pub use model::*;
 pub use peers::{PEER_CHANNEL, PeerListener};
 pub use postgres::deadline::DEFAULT_ANSWER_DEADLINE;
+pub use recipients::{MAX_RECIPIENTS_PAGE, StoredRecipient};
 pub use run_filter::{
     AttentionReason, AttentionStep, CursorError, PageStart, RunCursor, RunFilter, RunPage, WORKER_WAIT_MS,
 };
@@ -134,10 +137,13 @@ macro_rules! in_tx {
     };
 }
 
-// Durable waiting; declared after `in_tx!` so they can use it.
+// Durable waiting, repairs and the delivery ledger; declared after `in_tx!` so they can use it.
+mod deliveries;
+mod ledger_tx;
 mod repair;
 mod wait_tx;
 mod waiting;
+pub use deliveries::{DeliveryRecorded, DeliveryRow, DeliveryWrite, MAX_LEDGER_ROWS};
 pub use repair::{PauseOutcome, RedriveOutcome, RerunOutcome, RetryOutcome, RunPause, RunRedrive, RunRerun, StepRetry};
 pub use waiting::{
     ApprovalOutcome, Delivery, FireOutcome, NewEvent, NewSchedule, PendingApproval, ScheduleFire, ScheduleRecord,

@@ -13,7 +13,7 @@
 //! Areas: `submit` (create, idempotency keys), `claim` (selection, limit, placeholders), `concurrency` (racing
 //! claimers, completions and cancel), `finish` (completion, fencing, output limits, unicode), `retry`
 //! (failures and backoff), `lease` (reaper, heartbeat, `outcome_unknown`, operator), `approval` (approvals,
-//! operator fail), `batch` (group commit, hand-off, undoing a claim), `batch_runs` (new runs in a batch), `cancel`, `delete` (a run deleted by an operator), `settle` (timers, `when`, fan-out), `read` (integrity check, listings, event paging), `writer` (the batch writer, PostgreSQL's one-call chain
+//! operator fail), `batch` (group commit, hand-off, undoing a claim), `batch_runs` (new runs in a batch), `cancel`, `delete` (a run deleted by an operator), `recipients`, `deliveries` (the delivery ledger), `settle` (timers, `when`, fan-out), `read` (integrity check, listings, event paging), `writer` (the batch writer, PostgreSQL's one-call chain
 //! step).
 
 /// Generates a SQLite and a PostgreSQL test for each named behaviour of the enclosing module.
@@ -64,12 +64,14 @@ mod claim;
 mod columns;
 mod concurrency;
 mod delete;
+mod deliveries;
 mod event_order;
 mod finish;
 pub mod lease;
 mod machine_model;
 mod pause;
 mod read;
+mod recipients;
 mod repair;
 mod retry;
 mod run_filter;

@@ -29,6 +29,7 @@ fn no_sqlite_migration_changed_once_released() {
         (14, "26af60728454b10e25c9f92baf629f56d179b9575cdea8a449a09d3950067aa31efe7600c6eb633d8a15d7727d3ce40e"),
         (15, "ce3735e073869833a0b983d66eacc562782cee2ae3b395661c8485b0089d3a5ac8558e824fcba08c57bdffbe59c9a88e"),
         (16, "77c62523d984049960fb574c90ef8690f8c968172c66ec965eb0b34fb277cd1162fa832c4afab46932897d6f417fdc8c"),
+        (17, "f8f348a4e9526d88101113c7c87bd7dbfb7324eab908584533f71e9808343129de2b20133b121f8653ba4f7b62047789"),
     ]);
     assert_eq!(checksums(&SQLITE_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }
@@ -52,6 +53,7 @@ fn no_postgres_migration_changed_once_released() {
         (14, "27036239c0cf3768bd6edf293df2ec8b4bf9100dbb9a2a90b0948d258de28f4e8a4ff1d6823e746bc517d8dc6d3f9e0f"),
         (15, "9550821ddfbf43ace0e800a89422ec82d644605c9bd5928bb406bfabaf871efc92048d04038da03ff8d319533301edc6"),
         (16, "4694170e5f8400c264d59dfbf2804c7221f4df95db87f9fea5bb134120d8d4e290b771b14e7fdf53c098f77e1230007f"),
+        (17, "cf505119db2d077ed00227c87b7e311d9ae56c7e84ccd685b1738451af6e61e1d4c75ebef6423b24c46ebdec3e74e6d4"),
     ]);
     assert_eq!(checksums(&POSTGRES_MIGRATIONS), expected, "add a migration instead of editing a released one");
 }
