@@ -377,6 +377,7 @@ pub fn named_in<'a>(pointers: &[String], args: &'a Value) -> Vec<&'a str> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use serde_json::json;
 

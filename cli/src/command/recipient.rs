@@ -135,9 +135,9 @@ fn channel(flag: &str) -> anyhow::Result<(String, Value)> {
     let mut settings = Map::new();
     let mut pairs: Vec<String> = Vec::new();
     for part in rest.split(',').filter(|p| !p.is_empty()) {
-        let starts_setting = part.split_once('=').is_some_and(|(key, _)| {
-            !key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
-        });
+        let starts_setting = part
+            .split_once('=')
+            .is_some_and(|(key, _)| !key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
         match pairs.last_mut() {
             Some(last) if !starts_setting => {
                 last.push(',');
@@ -147,9 +147,8 @@ fn channel(flag: &str) -> anyhow::Result<(String, Value)> {
         }
     }
     for pair in pairs {
-        let (key, value) = pair
-            .split_once('=')
-            .with_context(|| format!("--channel {flag}: `{pair}` is not KEY=VALUE"))?;
+        let (key, value) =
+            pair.split_once('=').with_context(|| format!("--channel {flag}: `{pair}` is not KEY=VALUE"))?;
         settings.insert(key.to_owned(), json!(value));
     }
     Ok((kind.to_owned(), Value::Object(settings)))
@@ -197,6 +196,7 @@ fn print_recipient(r: &Value) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

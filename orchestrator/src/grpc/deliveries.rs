@@ -25,7 +25,8 @@ impl WorkerGrpc {
         for index in withheld.into_iter().rev() {
             let attempt = attempts.remove(index);
             let Some(l) = attempt.lease else { continue };
-            let lease = Lease { run_id: l.run_id, step_id: l.step_id, attempt: l.attempt, worker_id: worker_id.to_owned() };
+            let lease =
+                Lease { run_id: l.run_id, step_id: l.step_id, attempt: l.attempt, worker_id: worker_id.to_owned() };
             if let Err(e) = self.engine.return_unstarted(&lease).await {
                 tracing::warn!(error = %e, "could not give the attempt back; its lease will expire");
             }
@@ -59,7 +60,8 @@ impl WorkerGrpc {
     /// `ReportDelivery` (see the protocol file).
     pub(super) async fn delivery(&self, req: ReportDeliveryRequest) -> Result<ReportDeliveryResponse, Status> {
         let lease = lease(&req.worker_id, req.lease)?;
-        let report = report(req.recipient_id, req.channel, &req.status, req.tries, req.last_error, req.provider_message_id)?;
+        let report =
+            report(req.recipient_id, req.channel, &req.status, req.tries, req.last_error, req.provider_message_id)?;
         match self.engine.report_delivery(&lease, &report).await.map_err(|e| unavailable(&e))? {
             DeliveryAnswer::Recorded { alive } => Ok(ReportDeliveryResponse { alive }),
             DeliveryAnswer::NoSuchAttempt => Err(Status::not_found(format!(

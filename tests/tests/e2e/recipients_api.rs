@@ -96,7 +96,8 @@ async fn a_plan_naming_a_missing_recipient_or_an_unknown_channel_is_refused_at_s
     let (status, refused) = app.post("/v1/runs", &json!({"plan": reminder_to(json!(["alice", "nobody"]), None)})).await;
     assert_eq!(status, 422, "{backend:?}: a missing literal recipient is refused: {refused:#}");
     let diagnostics = refused["details"]["diagnostics"].as_array().unwrap();
-    let missing = diagnostics.iter().find(|d| d["code"] == "unknown_recipient").expect("an unknown_recipient diagnostic");
+    let missing =
+        diagnostics.iter().find(|d| d["code"] == "unknown_recipient").expect("an unknown_recipient diagnostic");
     assert_eq!(missing["pointer"], "/steps/0/args/to/1", "it points at the id: {missing:#}");
     assert!(missing["message"].as_str().unwrap().contains("nobody"), "{missing:#}");
 
