@@ -69,6 +69,7 @@ mod observability_otlp_grpc;
 mod repair_retry;
 
 // Recipients and the delivery ledger.
+mod deliveries_ledger;
 mod recipients_api;
 
 // The CLI's exit codes and `cairn logs --follow`.
