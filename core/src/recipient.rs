@@ -306,7 +306,7 @@ impl<'a> Fields<'a> {
         let username = id
             .strip_prefix('@')
             .is_some_and(|u| (5..=32).contains(&u.len()) && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
-        if !(numeric && id.len() <= 32) && !username {
+        if !(username || (numeric && id.len() <= 32)) {
             return Err(
                 self.error(format!("`chat_id` `{}` is neither a numeric chat id nor @username", id.escape_debug()))
             );
