@@ -3,7 +3,7 @@
 //! as a separate worker process would.
 
 use cairn_orchestrator::server::Server;
-use cairn_workers::actions::{ActionsConfig, registry};
+use cairn_workers::actions::{ActionsConfig, NotifyConfig, registry};
 use cairn_workers::runtime::{self, WorkerConfig};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -87,6 +87,7 @@ pub fn actions_from_env() -> ActionsConfig {
     if let Some(url) = var("CAIRN_NOTIFY_WEBHOOK") {
         config.notify.webhook_url = Some(url.into());
     }
+    notify_channels_from_env(&mut config.notify, var);
     if let Some(url) = var("OPENAI_BASE_URL") {
         config.llm.base_url = url;
     }
@@ -97,4 +98,27 @@ pub fn actions_from_env() -> ActionsConfig {
         config.llm.model = model;
     }
     config
+}
+
+/// The settings of `notify.send`'s provider channels (Telegram, SMTP, ntfy); tokens and the SMTP URL, which
+/// holds the password, are kept as secrets.
+fn notify_channels_from_env(notify: &mut NotifyConfig, var: impl Fn(&str) -> Option<String>) {
+    if let Some(token) = var("CAIRN_NOTIFY_TELEGRAM_BOT_TOKEN") {
+        notify.telegram.bot_token = Some(token.into());
+    }
+    if let Some(url) = var("CAIRN_NOTIFY_TELEGRAM_API_URL") {
+        notify.telegram.api_url = url;
+    }
+    if let Some(url) = var("CAIRN_NOTIFY_SMTP_URL") {
+        notify.smtp.url = Some(url.into());
+    }
+    if let Some(from) = var("CAIRN_NOTIFY_SMTP_FROM") {
+        notify.smtp.from = Some(from);
+    }
+    if let Some(path) = var("CAIRN_NOTIFY_SMTP_CA_FILE") {
+        notify.smtp.ca_file = Some(path.into());
+    }
+    if let Some(server) = var("CAIRN_NOTIFY_NTFY_SERVER") {
+        notify.ntfy.server = server;
+    }
 }

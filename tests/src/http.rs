@@ -351,8 +351,8 @@ pub struct CairnProcess {
 
 impl CairnProcess {
     /// Spawns `cairn worker --server GRPC_URL [FLAGS…]` in `dir` with `envs` (action settings such as
-    /// `CAIRN_WEATHER_FORECAST_URL`); logs to `dir/<name>.log`. `TMPDIR` is `dir`, so the notify ledger's
-    /// default location is private to the test. The tests' stubs listen on 127.0.0.1, so the worker allows
+    /// `CAIRN_WEATHER_FORECAST_URL`); logs to `dir/<name>.log`. `TMPDIR` is `dir`, so the default notification
+    /// file is private to the test. The tests' stubs listen on 127.0.0.1, so the worker allows
     /// `http.request` to reach loopback ([`ALLOW_LOOPBACK`]) unless `envs` sets `CAIRN_HTTP_ALLOW_LOOPBACK`.
     pub fn worker(name: &str, grpc_url: &str, dir: &Path, flags: &[&str], envs: &[(&str, String)]) -> CairnProcess {
         let mut envs = with_loopback_allowed(envs);

@@ -17,6 +17,9 @@
 //! - [`process`]: crash tests' real processes: `cairn serve` ([`process::Orchestrator`]) that can be killed and
 //!   restarted over its database, `cairn worker` processes to kill, freeze and thaw, and a recording endpoint.
 //! - [`silent_proxy`]: a TCP proxy that stops forwarding for a while, to make the database silent.
+//! - [`providers`]: stand-ins for `notify.send`'s providers (Telegram, webhook receivers that verify signatures,
+//!   Slack, Feishu, ntfy, an SMTP server with STARTTLS) that record what they accept, fail on request and hold
+//!   sends unanswered.
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
@@ -25,6 +28,7 @@ pub mod endpoint;
 pub mod http;
 pub mod invariants;
 pub mod process;
+pub mod providers;
 pub mod raw;
 pub mod silent_proxy;
 mod worker;

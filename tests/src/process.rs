@@ -30,8 +30,8 @@ fn local_listener() -> StdListener {
     StdListener::bind("127.0.0.1:0").expect("a free port")
 }
 
-/// A `cairn` command in `dir` with no inherited `CAIRN_*` variable, `RUST_LOG=info`, `TMPDIR=dir` (the notify
-/// ledger's default location is then private to the process's directory) and `envs`.
+/// A `cairn` command in `dir` with no inherited `CAIRN_*` variable, `RUST_LOG=info`, `TMPDIR=dir` (the default
+/// notification file is then private to the process's directory) and `envs`.
 fn command(dir: &Path, args: &[&str], envs: &[(&str, String)]) -> Command {
     let mut command = Command::new(cairn_bin());
     command.args(args).current_dir(dir).env("RUST_LOG", "info").env("TMPDIR", dir);
@@ -293,7 +293,7 @@ impl Orchestrator {
     }
 
     /// Spawns `cairn worker --server GRPC --id NAME [FLAGS…]` with the worker token and `envs` (action settings),
-    /// logging to `<dir>/NAME.log`; its temp dir is `<dir>/NAME/`, so workers share no notify ledger. Loopback
+    /// logging to `<dir>/NAME.log`; its temp dir is `<dir>/NAME/`, so workers share no scratch files. Loopback
     /// destinations are allowed (the recording endpoints are on 127.0.0.1) unless `envs` says otherwise.
     pub fn worker(&self, name: &str, flags: &[&str], envs: &[(&str, String)]) -> Proc {
         let tmp = self.dir.join(name);

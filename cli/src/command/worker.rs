@@ -9,7 +9,13 @@
 //! | `CAIRN_WEATHER_GEOCODING_URL` | `weather.forecast` | geocoding API base (default Open-Meteo's) |
 //! | `CAIRN_WEATHER_FORECAST_URL` | `weather.forecast` | forecast API base (default Open-Meteo's) |
 //! | `CAIRN_NOTIFY_FILE` | `notify.send` | file the `file` channel appends to |
-//! | `CAIRN_NOTIFY_WEBHOOK` | `notify.send` | URL the `webhook` channel posts to |
+//! | `CAIRN_NOTIFY_WEBHOOK` | `notify.send` | URL the worker's own `webhook` channel posts to (steps without `to`) |
+//! | `CAIRN_NOTIFY_TELEGRAM_BOT_TOKEN` | `notify.send` | the Telegram bot's token (unset: no `telegram` channel) |
+//! | `CAIRN_NOTIFY_TELEGRAM_API_URL` | `notify.send` | Bot API base (default `https://api.telegram.org`) |
+//! | `CAIRN_NOTIFY_SMTP_URL` | `notify.send` | SMTP server, e.g. `smtp://user:pass@host:587?tls=required` (STARTTLS) or `smtps://user:pass@host:465` (unset: no `email` channel) |
+//! | `CAIRN_NOTIFY_SMTP_FROM` | `notify.send` | the email's From, e.g. `Cairn <cairn@example.com>` |
+//! | `CAIRN_NOTIFY_SMTP_CA_FILE` | `notify.send` | a PEM file of extra roots to trust for the SMTP server's certificate |
+//! | `CAIRN_NOTIFY_NTFY_SERVER` | `notify.send` | ntfy server for recipients that name none (default `https://ntfy.sh`) |
 //! | `OPENAI_BASE_URL` | `llm.chat` | OpenAI-compatible API base, e.g. `http://127.0.0.1:8080/v1` |
 //! | `OPENAI_API_KEY` | `llm.chat` | bearer token of that API |
 //! | `CAIRN_LLM_MODEL` | `llm.chat` | model used when a step names none |

@@ -114,7 +114,8 @@ on_both_backends!(c15_a_timer_due_after_several_lease_ttls_fires_once_across_wor
 /// three workers polling. Along the way one worker is killed and replaced and the orchestrator is killed and
 /// restarted. The timer lives in the store: nothing is sent before the due time, the step stays `ready` with its
 /// due time and no attempt until then, and the webhook is called exactly once, within 1.5 s after the due time.
-/// Each worker has its own temp dir, so the notify ledger cannot hide a second dispatch.
+/// Each worker has its own temp dir, and de-duplication is the orchestrator's ledger alone, so nothing on a
+/// worker could hide a second dispatch.
 async fn c15_a_timer_due_after_several_lease_ttls_fires_once_across_worker_and_orchestrator_restarts(backend: Backend) {
     let dir = TempDir::new();
     let endpoint = Endpoint::start(|_| (200, json!({"ok": true}))).await;

@@ -54,6 +54,9 @@ mod e2e_http_address_policy;
 mod e2e_http_transport;
 mod e2e_rain_reminder;
 
+// `notify.send`'s channels against the provider stand-ins (no orchestrator).
+mod notify_channels;
+
 // The engine's batching, dispatch and peers.
 mod engine_complete_batch;
 mod engine_dispatch;

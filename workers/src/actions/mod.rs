@@ -7,7 +7,9 @@
 //! - [`http`]: `http.request` — one HTTP call with the idempotency key, failure classification and an address
 //!   guard ([`address`] decides which destinations are refused).
 //! - [`weather`]: `weather.forecast` — Open-Meteo geocoding + daily forecast.
-//! - [`notify`]: `notify.send` — per-channel delivery records, de-duplicated through a ledger.
+//! - [`notify`]: `notify.send` — a message to recipients over their channels (Telegram, email, Slack, Feishu,
+//!   signed webhooks, ntfy; stdout and file for development), retried per channel, one record per recipient
+//!   and channel, never sent twice to a pair the orchestrator's delivery ledger has as delivered.
 //! - [`llm`]: `llm.chat` — a chat completion against an OpenAI-compatible endpoint.
 //! - `transport`: the HTTP client, status classification (what is retryable), `Retry-After`, and racing a call
 //!   against cancellation and the deadline.

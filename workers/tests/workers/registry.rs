@@ -40,6 +40,7 @@ fn the_registry_serves_every_builtin_of_the_catalog_with_the_same_effect() {
         let builtin = builtin_specs().into_iter().find(|s| s.name == spec.name).expect("listed");
         assert_eq!(spec.effect, builtin.effect, "`{}` declares the catalog's effect", spec.name);
         assert_eq!(spec.grounded_args, builtin.grounded_args, "`{}` grounds the same args", spec.name);
+        assert_eq!(spec.recipient_args, builtin.recipient_args, "`{}` names recipients at the same args", spec.name);
     }
 }
 
@@ -57,6 +58,11 @@ fn args_the_catalog_accepts_deserialize_into_the_typed_args() {
         (
             "notify.send",
             json!({"text": "t", "title": "x", "channels": ["file"], "to": "me", "success_policy": "any", "extra": 1}),
+        ),
+        (
+            "notify.send",
+            json!({"text": "t", "to": ["a", "b"], "channels": ["telegram", "email"], "success_policy": {"min": 1},
+                   "channel_retry": {"delays_ms": [0, 10]}}),
         ),
         (
             "llm.chat",
@@ -84,6 +90,9 @@ fn args_the_catalog_rejects_are_rejected_by_the_typed_args_too() {
         ("http.request", json!({"url": "http://x", "method": "get"})),
         ("weather.forecast", json!({"city": "Wuhan", "country": "CN"})),
         ("notify.send", json!({"text": "t", "success_policy": "most"})),
+        ("notify.send", json!({"text": "t", "channels": ["app"]})),
+        ("notify.send", json!({"text": "t", "success_policy": {"min": 0}})),
+        ("notify.send", json!({"text": "t", "channel_retry": {"tries": 3}})),
     ];
     let catalog = StaticCatalog::builtin();
     for (name, args) in samples {

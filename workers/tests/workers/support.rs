@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cairn_core::delivery::DeliveryReport;
 use cairn_workers::context::{ActionContext, ProgressSink};
 use serde_json::Value;
 
@@ -21,20 +22,32 @@ pub fn ctx(step: &str) -> ActionContext {
     ActionContext::standalone(step, Duration::from_secs(10))
 }
 
-/// Records every heartbeat's checkpoint; answers `alive`.
+/// Records every heartbeat's checkpoint and every delivery report; answers `alive` to heartbeats and
+/// `recorded` to delivery reports.
 #[derive(Debug)]
 pub struct Recorder {
     pub checkpoints: Mutex<Vec<Value>>,
     pub alive: bool,
+    pub deliveries: Mutex<Vec<DeliveryReport>>,
+    pub recorded: bool,
 }
 
 impl Recorder {
     pub fn new(alive: bool) -> Arc<Self> {
-        Arc::new(Self { checkpoints: Mutex::new(Vec::new()), alive })
+        Arc::new(Self { checkpoints: Mutex::default(), alive, deliveries: Mutex::default(), recorded: true })
+    }
+
+    /// A sink whose delivery ledger refuses every report (the orchestrator unreachable until the deadline).
+    pub fn refusing_deliveries() -> Arc<Self> {
+        Arc::new(Self { checkpoints: Mutex::default(), alive: true, deliveries: Mutex::default(), recorded: false })
     }
 
     pub fn checkpoints(&self) -> Vec<Value> {
         self.checkpoints.lock().expect("not poisoned").clone()
+    }
+
+    pub fn deliveries(&self) -> Vec<DeliveryReport> {
+        self.deliveries.lock().expect("not poisoned").clone()
     }
 }
 
@@ -45,6 +58,12 @@ impl ProgressSink for Recorder {
         }
         let alive = self.alive;
         Box::pin(async move { alive })
+    }
+
+    fn delivery(&self, report: DeliveryReport) -> futures::future::BoxFuture<'_, bool> {
+        self.deliveries.lock().expect("not poisoned").push(report);
+        let recorded = self.recorded;
+        Box::pin(async move { recorded })
     }
 }
 
