@@ -99,7 +99,7 @@ impl Email {
 impl Sender {
     fn new(config: &SmtpConfig, timeout: Duration) -> Result<Self, String> {
         let url = config.url.as_ref().ok_or("channel not configured (CAIRN_NOTIFY_SMTP_URL)")?.expose_secret();
-        let from = config.from.as_deref().ok_or("no sender (CAIRN_NOTIFY_SMTP_FROM)")?;
+        let from = config.from.as_deref().ok_or("channel not configured (no sender: CAIRN_NOTIFY_SMTP_FROM)")?;
         let from: Mailbox = from.parse().map_err(|e| format!("CAIRN_NOTIFY_SMTP_FROM is not a mailbox: {e}"))?;
         // lettre's messages about a URL never repeat it, so the password stays out of them.
         let mut builder =
