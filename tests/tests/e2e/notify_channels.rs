@@ -62,8 +62,13 @@ impl Providers {
         }
     }
 
-    /// The worker's settings for every channel, as `cairn worker` reads them from the environment.
+    /// The action with [`Self::config`].
     fn action(&self) -> NotifySend {
+        NotifySend::new(self.config())
+    }
+
+    /// The worker's settings for every channel, as `cairn worker` reads them from the environment.
+    fn config(&self) -> NotifyConfig {
         let mut config = NotifyConfig { file_path: self.dir.path().join("notifications.jsonl"), ..Default::default() };
         config.telegram.api_url = self.telegram.url();
         config.telegram.bot_token = Some(TOKEN.to_owned().into());
@@ -71,7 +76,7 @@ impl Providers {
         config.smtp.from = Some("Cairn <cairn@example.com>".into());
         config.smtp.ca_file = Some(self.dir.path().join("ca.pem"));
         config.ntfy.server = self.ntfy.url();
-        NotifySend::new(config)
+        config
     }
 
     /// `alice`, bound to every provider channel.
@@ -263,4 +268,24 @@ async fn a_held_send_waits_until_released_or_cancelled() {
     assert_eq!(err.expect_err("cancelled mid-send").code, "cancelled");
     assert!(ledger.0.lock().unwrap().is_empty(), "nothing is reported for a send cut short");
     providers.webhook.release();
+}
+
+/// The message is in once `DATA` ends; a server that never answers it may have queued it, so the email is
+/// ambiguous (a non-idempotent step goes to `outcome_unknown`), not "nothing sent".
+#[tokio::test]
+async fn an_smtp_server_that_never_answers_the_data_leaves_the_email_ambiguous() {
+    let providers = Providers::start().await;
+    providers.smtp.hold();
+    let ledger = Arc::new(Ledger::default());
+    let ctx = attempt(vec![("alice", providers.alice())], &ledger);
+    let notify = NotifySend::new(NotifyConfig { try_timeout_ms: 300, ..providers.config() });
+    let args = json!({"text": "hi", "to": "alice", "channels": ["email"], "channel_retry": {"delays_ms": [0]}});
+
+    let err = send(&notify, args, &ctx).await.expect_err("no answer to DATA");
+
+    assert_eq!(err.code, "timeout", "{err:?}");
+    assert!(err.retryable && !err.did_not_take_effect, "the server may have the message: {err:?}");
+    assert_eq!(providers.smtp.arrivals(), 1, "the whole message was sent");
+    assert_eq!(ledger.0.lock().unwrap()[0].status, DeliveryStatus::Failed, "reported as failed for this attempt");
+    providers.smtp.release();
 }

@@ -225,7 +225,7 @@ impl Channels {
             ChannelSettings::Telegram { chat_id } => {
                 telegram::send(&self.telegram, self.http()?, chat_id, message, timeout).await
             }
-            ChannelSettings::Email { address } => self.email.send(address, message).await,
+            ChannelSettings::Email { address } => self.email.send(address, message, timeout).await,
             ChannelSettings::Slack { webhook_url } => slack::send(self.http()?, webhook_url, message, timeout).await,
             ChannelSettings::Feishu { webhook_url, secret } => {
                 feishu::send(self.http()?, webhook_url, secret.as_deref(), message, timeout).await

@@ -63,8 +63,13 @@ impl Email {
         Self(Sender::new(config, timeout))
     }
 
-    /// One message to `address`.
-    pub(crate) async fn send(&self, address: &str, message: &Message<'_>) -> Result<Sent, ChannelError> {
+    /// One message to `address`, the whole session taking at most `timeout` (lettre bounds each command).
+    pub(crate) async fn send(
+        &self,
+        address: &str,
+        message: &Message<'_>,
+        timeout: Duration,
+    ) -> Result<Sent, ChannelError> {
         let sender = self.0.as_ref().map_err(|why| ChannelError::unconfigured(format!("{WHAT}: {why}")))?;
         let to: Mailbox = address.parse().map_err(|e| {
             ChannelError::unconfigured(format!("{WHAT}: `{}` is not an address: {e}", address.escape_debug()))
@@ -78,9 +83,15 @@ impl Email {
             .header(ContentType::TEXT_PLAIN)
             .body(message.text.to_owned())
             .map_err(|e| ChannelError::unconfigured(format!("{WHAT}: cannot build the message: {e}")))?;
-        match sender.transport.send(email).await {
-            Ok(_) => Ok(Sent { provider_message_id: Some(id) }),
-            Err(e) => Err(classify(&e)),
+        match tokio::time::timeout(timeout, sender.transport.send(email)).await {
+            Ok(Ok(_)) => Ok(Sent { provider_message_id: Some(id) }),
+            Ok(Err(e)) => Err(classify(&e)),
+            Err(_) => Err(ChannelError::answered(
+                ErrorKind::Transient,
+                codes::TIMEOUT,
+                format!("{WHAT}: no answer within {timeout:?} (the server may have the message)"),
+            )
+            .ambiguous()),
         }
     }
 }
@@ -88,7 +99,7 @@ impl Email {
 impl Sender {
     fn new(config: &SmtpConfig, timeout: Duration) -> Result<Self, String> {
         let url = config.url.as_ref().ok_or("channel not configured (CAIRN_NOTIFY_SMTP_URL)")?.expose_secret();
-        let from = config.from.as_deref().ok_or("no sender (CAIRN_NOTIFY_SMTP_FROM)")?;
+        let from = config.from.as_deref().ok_or("channel not configured (no sender: CAIRN_NOTIFY_SMTP_FROM)")?;
         let from: Mailbox = from.parse().map_err(|e| format!("CAIRN_NOTIFY_SMTP_FROM is not a mailbox: {e}"))?;
         // lettre's messages about a URL never repeat it, so the password stays out of them.
         let mut builder =

@@ -61,7 +61,9 @@ pub(crate) async fn send(
     timeout: Duration,
 ) -> Result<Sent, ChannelError> {
     let Some(token) = &config.bot_token else {
-        return Err(ChannelError::unconfigured("telegram: no bot token (CAIRN_NOTIFY_TELEGRAM_BOT_TOKEN)"));
+        return Err(ChannelError::unconfigured(
+            "telegram: channel not configured (no bot token: CAIRN_NOTIFY_TELEGRAM_BOT_TOKEN)",
+        ));
     };
     let url = format!("{}/bot{}/sendMessage", config.api_url.trim_end_matches('/'), token.expose_secret());
     let request = client.post(url).json(&body(chat_id, message)).timeout(timeout);
