@@ -73,7 +73,8 @@ impl Scene {
         let bound: serde_json::Map<String, Value> =
             channels.iter().map(|c| ((*c).to_owned(), all[*c].clone())).collect();
         let request = self.app.request(reqwest::Method::PUT, &format!("/v1/recipients/{id}"));
-        let (status, body) = HttpApp::send(request.json(&json!({"channels": bound, "timezone": "Asia/Shanghai"}))).await;
+        let (status, body) =
+            HttpApp::send(request.json(&json!({"channels": bound, "timezone": "Asia/Shanghai"}))).await;
         assert_eq!(status, 201, "recipient {id} is created: {body:#}");
     }
 
@@ -114,7 +115,11 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
 }
 
-on_both_backends!(one_reminder_reaches_telegram_webhook_and_email_with_one_ledger_record_each, flavor = "multi_thread", worker_threads = 2);
+on_both_backends!(
+    one_reminder_reaches_telegram_webhook_and_email_with_one_ledger_record_each,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 async fn one_reminder_reaches_telegram_webhook_and_email_with_one_ledger_record_each(backend: Backend) {
     let scene = Scene::start(backend).await;
     scene.recipient("alice", HMAC_SECRET, &["telegram", "webhook", "email"]).await;
@@ -139,8 +144,11 @@ async fn one_reminder_reaches_telegram_webhook_and_email_with_one_ledger_record_
     let ledger = scene.ledger(&run_id).await;
     assert_eq!(ledger.len(), 3, "{backend:?}: one ledger record per channel: {ledger:#?}");
     for d in &ledger {
-        assert_eq!((d["recipient_id"].as_str(), d["status"].as_str(), d["attempts"].as_u64()),
-            (Some("alice"), Some("delivered"), Some(1)), "{backend:?}: {d:#}");
+        assert_eq!(
+            (d["recipient_id"].as_str(), d["status"].as_str(), d["attempts"].as_u64()),
+            (Some("alice"), Some("delivered"), Some(1)),
+            "{backend:?}: {d:#}"
+        );
         assert!(d["delivered_at"].is_i64(), "delivered records say when: {d:#}");
     }
     assert_eq!(record(&ledger, "telegram")["provider_message_id"], messages[0].message_id.to_string());
@@ -150,7 +158,11 @@ async fn one_reminder_reaches_telegram_webhook_and_email_with_one_ledger_record_
     assert_eq!(shown.code, Some(0), "cairn show works: {shown:?}");
     for channel in ["telegram", "webhook", "email"] {
         let line = shown.stdout.lines().find(|l| l.contains("alice") && l.contains(channel));
-        assert!(line.is_some_and(|l| l.contains("delivered")), "cairn show lists the {channel} delivery:\n{}", shown.stdout);
+        assert!(
+            line.is_some_and(|l| l.contains("delivered")),
+            "cairn show lists the {channel} delivery:\n{}",
+            shown.stdout
+        );
     }
     let metrics = reqwest::get(format!("{}/metrics", scene.app.base_url)).await.unwrap().text().await.unwrap();
     assert!(metrics.contains(r#"cairn_deliveries_total{channel="telegram",outcome="delivered"} 1"#), "{metrics}");
@@ -169,17 +181,26 @@ async fn telegram_failing_once_is_tried_again_inside_the_attempt(backend: Backen
     assert_eq!(run["status"], "succeeded", "{backend:?}: {run:#}");
     assert_eq!(step(&run, "remind")["attempts"], 1, "{backend:?}: the channel retried, not the step");
     let ledger = scene.ledger(&run_id).await;
-    let tries: Vec<(&str, u64)> =
-        ["email", "telegram", "webhook"].iter().map(|c| (*c, record(&ledger, c)["attempts"].as_u64().unwrap())).collect();
+    let tries: Vec<(&str, u64)> = ["email", "telegram", "webhook"]
+        .iter()
+        .map(|c| (*c, record(&ledger, c)["attempts"].as_u64().unwrap()))
+        .collect();
     assert_eq!(tries, [("email", 1), ("telegram", 2), ("webhook", 1)], "{backend:?}: {ledger:#?}");
     let telegram = record(&ledger, "telegram");
     assert_eq!(telegram["status"], "delivered");
-    assert!(telegram["last_error"].as_str().is_some_and(|e| e.contains("502")), "why the first try failed: {telegram:#}");
+    assert!(
+        telegram["last_error"].as_str().is_some_and(|e| e.contains("502")),
+        "why the first try failed: {telegram:#}"
+    );
     assert_eq!(scene.telegram.messages_to(CHAT).len(), 1, "{backend:?}: delivered once");
     assert_eq!(scene.telegram.arrivals(), 2, "{backend:?}: two sends reached Telegram");
 }
 
-on_both_backends!(a_permanent_telegram_error_is_not_retried_and_policy_any_succeeds_through_the_others, flavor = "multi_thread", worker_threads = 2);
+on_both_backends!(
+    a_permanent_telegram_error_is_not_retried_and_policy_any_succeeds_through_the_others,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 async fn a_permanent_telegram_error_is_not_retried_and_policy_any_succeeds_through_the_others(backend: Backend) {
     let scene = Scene::start(backend).await;
     scene.recipient("alice", HMAC_SECRET, &["telegram", "webhook", "email"]).await;
@@ -200,7 +221,11 @@ async fn a_permanent_telegram_error_is_not_retried_and_policy_any_succeeds_throu
     assert_eq!(scene.webhook.received().len() + scene.smtp.received().len(), 2, "the others got it");
 }
 
-on_both_backends!(a_step_retried_on_another_worker_never_resends_a_delivered_channel, flavor = "multi_thread", worker_threads = 2);
+on_both_backends!(
+    a_step_retried_on_another_worker_never_resends_a_delivered_channel,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 async fn a_step_retried_on_another_worker_never_resends_a_delivered_channel(backend: Backend) {
     let scene = Scene::start(backend).await;
     scene.recipient("bob", HMAC_SECRET, &["telegram", "webhook"]).await;
@@ -218,9 +243,10 @@ async fn a_step_retried_on_another_worker_never_resends_a_delivered_channel(back
     scene.webhook.release();
     scene.app.clock.advance(Duration::from_secs(120));
     scene.app.engine().reap().await.unwrap();
-    let parked = scene.app.wait_run(&run_id, "the lost attempt is parked", LIMIT, |r| {
-        step(r, "remind")["status"] == "outcome_unknown"
-    }).await;
+    let parked = scene
+        .app
+        .wait_run(&run_id, "the lost attempt is parked", LIMIT, |r| step(r, "remind")["status"] == "outcome_unknown")
+        .await;
     assert_eq!(step(&parked, "remind")["attempts"], 1, "{backend:?}: {parked:#}");
     let (status, body) = scene.app.post(&format!("/v1/runs/{run_id}/steps/remind:retry"), &json!({"by": "ops"})).await;
     assert_eq!(status, 200, "{backend:?}: the operator retries the step: {body:#}");
@@ -232,14 +258,20 @@ async fn a_step_retried_on_another_worker_never_resends_a_delivered_channel(back
     assert_eq!(outcomes(&run), expected, "{backend:?}: the second attempt skipped what the ledger held");
     assert_eq!(scene.telegram.messages_to(CHAT).len(), 1, "{backend:?}: no second Telegram message");
     let keys: Vec<Option<String>> = scene.webhook.received().into_iter().map(|c| c.idempotency_key).collect();
-    assert!(!keys.is_empty() && keys.iter().all(|k| k.as_deref() == Some(&format!("{run_id}/remind/bob"))),
-        "{backend:?}: every webhook send carries the same Idempotency-Key, so the receiver can drop a repeat: {keys:?}");
+    assert!(
+        !keys.is_empty() && keys.iter().all(|k| k.as_deref() == Some(&format!("{run_id}/remind/bob"))),
+        "{backend:?}: every webhook send carries the same Idempotency-Key, so the receiver can drop a repeat: {keys:?}"
+    );
     let ledger = scene.ledger(&run_id).await;
     assert_eq!(record(&ledger, "telegram")["attempts"], 1, "{backend:?}: Telegram was sent once: {ledger:#?}");
     assert_eq!(record(&ledger, "webhook")["status"], "delivered");
 }
 
-on_both_backends!(a_webhook_signed_with_another_secret_is_refused_and_recorded_as_failed, flavor = "multi_thread", worker_threads = 2);
+on_both_backends!(
+    a_webhook_signed_with_another_secret_is_refused_and_recorded_as_failed,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 async fn a_webhook_signed_with_another_secret_is_refused_and_recorded_as_failed(backend: Backend) {
     let scene = Scene::start(backend).await;
     scene.recipient("mallory", "not-the-receivers-secret", &["webhook"]).await;

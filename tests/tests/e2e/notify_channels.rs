@@ -14,6 +14,7 @@ use cairn_core::recipient::Recipient;
 use cairn_tests::http::{TempDir, within};
 use cairn_tests::providers::{Fault, FeishuStub, NtfyStub, SlackStub, SmtpStub, TelegramStub, WebhookReceiver};
 use cairn_workers::action::{Action, ActionError};
+use cairn_workers::actions::address::AddressPolicy;
 use cairn_workers::actions::notify::{Delivery, NotifyArgs, NotifyConfig, NotifySend, Outcome};
 use cairn_workers::context::{ActionContext, Deliveries, ProgressSink};
 use serde_json::{Value, json};
@@ -64,7 +65,7 @@ impl Providers {
 
     /// The action with [`Self::config`].
     fn action(&self) -> NotifySend {
-        NotifySend::new(self.config())
+        NotifySend::with_addresses(self.config(), AddressPolicy::local())
     }
 
     /// The worker's settings for every channel, as `cairn worker` reads them from the environment.
@@ -278,7 +279,8 @@ async fn an_smtp_server_that_never_answers_the_data_leaves_the_email_ambiguous()
     providers.smtp.hold();
     let ledger = Arc::new(Ledger::default());
     let ctx = attempt(vec![("alice", providers.alice())], &ledger);
-    let notify = NotifySend::new(NotifyConfig { try_timeout_ms: 300, ..providers.config() });
+    let notify =
+        NotifySend::with_addresses(NotifyConfig { try_timeout_ms: 300, ..providers.config() }, AddressPolicy::local());
     let args = json!({"text": "hi", "to": "alice", "channels": ["email"], "channel_retry": {"delays_ms": [0]}});
 
     let err = send(&notify, args, &ctx).await.expect_err("no answer to DATA");

@@ -74,7 +74,7 @@ pub fn registry(config: &ActionsConfig) -> Vec<Arc<dyn DynAction>> {
         Arc::new(ConditionEval),
         Arc::new(HttpRequest::new(config.http.clone())),
         Arc::new(WeatherForecast::new(config.weather.clone())),
-        Arc::new(NotifySend::new(config.notify.clone())),
+        Arc::new(NotifySend::with_addresses(config.notify.clone(), config.http.addresses.clone())),
         Arc::new(LlmChat::new(config.llm.clone())),
     ]
 }

@@ -38,6 +38,7 @@ use self::channel::{Channels, Message};
 use self::outcome::Tally;
 pub use self::outcome::{Delivery, NotifyOutput, Outcome};
 use self::targets::Target;
+use super::address::AddressPolicy;
 use super::cancelled;
 use crate::action::{Action, ActionError};
 use crate::context::ActionContext;
@@ -85,10 +86,17 @@ pub struct NotifySend {
 }
 
 impl NotifySend {
-    /// A `notify.send` delivering per `config`.
+    /// A `notify.send` delivering per `config`, recipients' URLs held to the default address policy (public
+    /// destinations only).
     pub fn new(config: NotifyConfig) -> Self {
+        Self::with_addresses(config, AddressPolicy::default())
+    }
+
+    /// A `notify.send` whose recipients' URLs (webhook, Slack, Feishu, their own ntfy server) may reach what
+    /// `addresses` allows: the worker passes `http.request`'s policy, so one setting decides both.
+    pub fn with_addresses(config: NotifyConfig, addresses: AddressPolicy) -> Self {
         super::install_crypto_provider();
-        Self { channels: Channels::new(&config) }
+        Self { channels: Channels::new(&config, addresses) }
     }
 
     /// Delivers to one target (unless the ledger says it was) and reports the outcome.
@@ -128,6 +136,7 @@ impl NotifySend {
             payload: payload(base, &target),
         };
         let tried = tries::deliver(&self.channels, route, &message, delays, ctx).await?;
+        let earlier_error = tried.last_error;
         let (delivery, failure) = match tried.result {
             Ok(sent) => (record(Outcome::Delivered, tried.tries, None, sent.provider_message_id), None),
             Err(error) => {
@@ -135,15 +144,15 @@ impl NotifySend {
                 (record(Outcome::Failed, tried.tries, Some(failure.message.clone()), None), Some(failure))
             }
         };
-        if !ctx.report_delivery(report(&delivery)).await {
+        if !ctx.report_delivery(report(&delivery, earlier_error.as_deref())).await {
             return Err(cancelled());
         }
         Ok((delivery, failure))
     }
 }
 
-/// The ledger's view of a record that was tried.
-fn report(delivery: &Delivery) -> DeliveryReport {
+/// The ledger's view of a record that was tried; a delivery keeps the error of an earlier failed try.
+fn report(delivery: &Delivery, earlier_error: Option<&str>) -> DeliveryReport {
     let status =
         if delivery.outcome == Outcome::Delivered { DeliveryStatus::Delivered } else { DeliveryStatus::Failed };
     DeliveryReport {
@@ -151,7 +160,7 @@ fn report(delivery: &Delivery) -> DeliveryReport {
         channel: delivery.channel.clone(),
         status,
         tries: delivery.attempts,
-        last_error: delivery.error.as_deref().map(|e| truncated(e, MAX_ERROR_BYTES).to_owned()),
+        last_error: delivery.error.as_deref().or(earlier_error).map(|e| truncated(e, MAX_ERROR_BYTES).to_owned()),
         provider_message_id: delivery
             .provider_message_id
             .as_deref()

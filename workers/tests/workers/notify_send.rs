@@ -19,6 +19,7 @@ use axum::routing::post;
 use cairn_core::delivery::{DeliveryRecord, DeliveryReport, DeliveryStatus};
 use cairn_core::recipient::Recipient;
 use cairn_workers::action::Action;
+use cairn_workers::actions::address::AddressPolicy;
 use cairn_workers::actions::notify::{Delivery, NotifyArgs, NotifyConfig, NotifySend, Outcome};
 use cairn_workers::context::{ActionContext, Deliveries};
 use serde_json::{Value, json};
@@ -100,7 +101,8 @@ fn action(name: &str, webhook_url: Option<String>) -> (NotifySend, PathBuf, temp
         webhook_url: webhook_url.map(Into::into),
         ..NotifyConfig::default()
     };
-    (NotifySend::new(config), file_path, dir)
+    // The stand-ins listen on loopback, which recipients' URLs may reach only when the policy allows it.
+    (NotifySend::with_addresses(config, AddressPolicy::local()), file_path, dir)
 }
 
 /// Args with fast tries (`[0, 10, 20]` ms) unless they say otherwise.

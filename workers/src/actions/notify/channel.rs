@@ -11,6 +11,7 @@ pub mod telegram;
 pub mod webhook;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::failure::codes;
@@ -23,7 +24,8 @@ use serde_json::Value;
 
 use super::NotifyConfig;
 use crate::action::ActionError;
-use crate::actions::transport::{self, Client};
+use crate::actions::address::AddressPolicy;
+use crate::actions::transport::{self, Client, Exchange};
 
 /// The provider accepted the message.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -165,7 +167,13 @@ pub enum Route {
 /// Every channel, configured once per action.
 #[derive(Debug)]
 pub(crate) struct Channels {
+    /// For the endpoints the worker's operator configured (Telegram's API, the development webhook, ntfy's
+    /// server).
     http: Client,
+    /// For the URLs a recipient brings (webhook, Slack, Feishu, an ntfy server of its own): set through the API,
+    /// so held to `http.request`'s address policy like any URL from a plan.
+    guarded: Client,
+    addresses: Arc<AddressPolicy>,
     telegram: telegram::TelegramConfig,
     email: email::Email,
     ntfy: ntfy::NtfyConfig,
@@ -175,10 +183,13 @@ pub(crate) struct Channels {
 }
 
 impl Channels {
-    pub(crate) fn new(config: &NotifyConfig) -> Self {
+    pub(crate) fn new(config: &NotifyConfig, addresses: AddressPolicy) -> Self {
         let try_timeout = Duration::from_millis(config.try_timeout_ms);
+        let addresses = Arc::new(addresses);
         Self {
             http: Client::standard(),
+            guarded: Client::new(transport::builder(Some(Arc::clone(&addresses))).build()),
+            addresses,
             telegram: config.telegram.clone(),
             email: email::Email::new(&config.smtp, try_timeout),
             ntfy: config.ntfy.clone(),
@@ -226,16 +237,21 @@ impl Channels {
                 telegram::send(&self.telegram, self.http()?, chat_id, message, timeout).await
             }
             ChannelSettings::Email { address } => self.email.send(address, message, timeout).await,
-            ChannelSettings::Slack { webhook_url } => slack::send(self.http()?, webhook_url, message, timeout).await,
+            ChannelSettings::Slack { webhook_url } => {
+                slack::send(self.recipient_http("slack", webhook_url)?, webhook_url, message, timeout).await
+            }
             ChannelSettings::Feishu { webhook_url, secret } => {
-                feishu::send(self.http()?, webhook_url, secret.as_deref(), message, timeout).await
+                let http = self.recipient_http("feishu", webhook_url)?;
+                feishu::send(http, webhook_url, secret.as_deref(), message, timeout).await
             }
             ChannelSettings::Webhook { url, secret } => {
-                webhook::send(self.http()?, url, secret.as_deref(), message, timeout).await
+                webhook::send(self.recipient_http("webhook", url)?, url, secret.as_deref(), message, timeout).await
             }
-            ChannelSettings::Ntfy { topic, server } => {
-                let server = server.as_deref().unwrap_or(&self.ntfy.server);
-                ntfy::send(self.http()?, server, topic, message, timeout).await
+            ChannelSettings::Ntfy { topic, server: Some(server) } => {
+                ntfy::send(self.recipient_http("ntfy", server)?, server, topic, message, timeout).await
+            }
+            ChannelSettings::Ntfy { topic, server: None } => {
+                ntfy::send(self.http()?, &self.ntfy.server, topic, message, timeout).await
             }
             ChannelSettings::Stdout => Ok(local::print(message)),
             ChannelSettings::File => local::append(&self.file, message).await,
@@ -244,6 +260,19 @@ impl Channels {
 
     fn http(&self) -> Result<&reqwest::Client, ChannelError> {
         self.http.get().map_err(ChannelError::from_action)
+    }
+
+    /// The guarded client, once `url`'s host passes the address policy (names are checked again as they
+    /// resolve, and redirects too). A refusal is permanent and sent nothing.
+    fn recipient_http(&self, what: &str, url: &str) -> Result<&reqwest::Client, ChannelError> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| {
+            let error = ActionError::permanent(codes::INVALID_ARGS, format!("{what}: the URL does not parse: {e}"));
+            ChannelError::from_action(error.did_not_take_effect())
+        })?;
+        self.addresses
+            .check_url(&parsed)
+            .map_err(|refused| ChannelError::from_action(transport::refused(what, &refused, Exchange::default())))?;
+        self.guarded.get().map_err(ChannelError::from_action)
     }
 }
 

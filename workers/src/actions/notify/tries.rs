@@ -19,6 +19,9 @@ pub struct Tried {
     pub tries: u32,
     /// The delivery, or the channel's failure over all its tries.
     pub result: Result<Sent, ChannelError>,
+    /// Why the last failed try failed, also when a later one delivered: the ledger keeps it, so "delivered on
+    /// the second try" can say why the first did not.
+    pub last_error: Option<String>,
 }
 
 /// What earlier failed tries leave behind for the channel's failure.
@@ -61,19 +64,21 @@ pub async fn deliver(
     let mut earlier = Earlier::default();
     let mut wait = delays.first().copied().unwrap_or_default();
     let mut tries: u32 = 0;
+    let mut last_error = None;
     loop {
         pause(ctx, wait).await?;
         tries += 1;
         let timeout = channels.try_timeout().min(ctx.remaining());
         let error = match transport::race(ctx, channels.send(route, message, timeout)).await? {
-            Ok(sent) => return Ok(Tried { tries, result: Ok(sent) }),
+            Ok(sent) => return Ok(Tried { tries, result: Ok(sent), last_error }),
             Err(error) => earlier.fold(error),
         };
+        last_error = Some(error.message.clone());
         let next = delays.get(usize::try_from(tries).unwrap_or(usize::MAX)).copied();
         match next_wait(error.kind, next) {
             // A try that could not start before the deadline would only turn a known failure into a timeout.
             Some(next) if next < ctx.remaining() => wait = next,
-            _ => return Ok(Tried { tries, result: Err(error) }),
+            _ => return Ok(Tried { tries, result: Err(error), last_error }),
         }
     }
 }

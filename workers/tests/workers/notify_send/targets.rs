@@ -174,3 +174,23 @@ async fn a_channel_the_worker_has_no_settings_for_fails_as_not_configured_withou
     let dev = run(&notify, json!({"text": "t", "channels": ["webhook"]}), &ctx).await.expect_err("no global webhook");
     assert!(dev.message.contains("channel not configured"), "{dev:?}");
 }
+
+/// A recipient's URL is set through the API, so it is held to `http.request`'s address policy: by default the
+/// worker's own host is refused, before anything is sent, and that is not retried.
+#[tokio::test]
+async fn a_recipient_webhook_on_a_refused_address_fails_without_sending() {
+    let (url, hook) = hook(&[]).await;
+    let dir = support::scratch_dir("guarded");
+    let config = NotifyConfig { file_path: dir.path().join("n.jsonl"), ..NotifyConfig::default() };
+    let notify = NotifySend::new(config);
+    let sink = support::Recorder::new(true);
+    let ctx = attempt(handed(vec![("alice", recipient(json!({"webhook": {"url": url}})))], vec![]), sink, TEN_S);
+
+    let err = run(&notify, json!({"text": "t", "to": "alice"}), &ctx).await.expect_err("refused");
+
+    assert_eq!(err.code, "invalid_args", "{err:?}");
+    assert!(!err.retryable && err.did_not_take_effect, "{err:?}");
+    assert_eq!(err.details["deliveries"][0]["attempts"], 1, "a refused destination is not tried again: {err:?}");
+    assert!(err.message.contains("loopback"), "the refusal says why: {}", err.message);
+    assert!(hook.received().is_empty(), "nothing reached the receiver");
+}
