@@ -331,6 +331,11 @@ impl Orchestrator {
         self.send(self.client.post(format!("{}{path}", self.base_url)).json(body)).await
     }
 
+    /// `PUT path` with a JSON body.
+    pub async fn put(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.send(self.client.put(format!("{}{path}", self.base_url)).json(body)).await
+    }
+
     /// Submits `plan`, expecting 201; returns the run id.
     pub async fn submit(&self, plan: Value) -> String {
         let (status, run) = self.post("/v1/runs", &json!({ "plan": plan })).await;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::runs::{exit_code, print_diagnostics, print_summary, read_plan, submit_body};
+use super::runs::{exit_code, print_deliveries, print_diagnostics, print_summary, read_plan, submit_body};
 use crate::client::Client;
 use crate::embedded;
 use crate::settings::Settings;
@@ -140,23 +140,29 @@ pub async fn watch(client: &Client, id: &str, json: bool) -> anyhow::Result<Exit
     let mut run_status = String::new();
     loop {
         let run = client.get(&format!("/v1/runs/{id}")).await?;
-        let status = run["status"].as_str().unwrap_or("");
+        let status = run["status"].as_str().unwrap_or("").to_owned();
         if !json {
             // A pause (and the resume) is the one run-level change a follower sees before the end.
-            if !run_status.is_empty() && run_status != status && !matches!(status, "succeeded" | "failed" | "cancelled")
+            if !run_status.is_empty()
+                && run_status != status
+                && !matches!(status.as_str(), "succeeded" | "failed" | "cancelled")
             {
                 out!("  run {status}");
             }
             progress(&run, &mut seen);
         }
-        run_status = status.to_owned();
-        if matches!(status, "succeeded" | "failed" | "cancelled") {
+        run_status.clone_from(&status);
+        if matches!(status.as_str(), "succeeded" | "failed" | "cancelled") {
+            let deliveries = client.get(&format!("/v1/runs/{id}/deliveries")).await?;
             if json {
+                let mut run = run;
+                run["deliveries"] = deliveries["deliveries"].clone();
                 out!("{}", serde_json::to_string_pretty(&run)?);
             } else {
                 print_summary(&run);
+                print_deliveries(&deliveries["deliveries"]);
             }
-            return Ok(exit_code(status));
+            return Ok(exit_code(&status));
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
     }

@@ -273,7 +273,7 @@ pub async fn show(args: &RunArgs, settings: &Settings) -> anyhow::Result<ExitCod
 }
 
 /// The delivery ledger, one line per step, recipient and channel: status, tries, and why the last try failed.
-fn print_deliveries(deliveries: &Value) {
+pub fn print_deliveries(deliveries: &Value) {
     let Some(list) = deliveries.as_array().filter(|l| !l.is_empty()) else { return };
     out!("  deliveries");
     for d in list {

@@ -1,6 +1,6 @@
 //! The web dashboard in a real browser (headless chromium, [`super::ui_browser`]) against a real `cairn serve`
 //! with an API token and a real `cairn worker`: the login and its CSRF protection, the run list, a run's DAG
-//! and timeline, approving a waiting step and retrying a failed one from the page, and a phone-sized window
+//! and timeline, a step's delivery records, approving a waiting step and retrying a failed one from the page, and a phone-sized window
 //! that never scrolls sideways. Screenshots of the main pages go to `target/ui-screenshots/`.
 
 #![allow(clippy::unwrap_used)]
@@ -49,6 +49,12 @@ async fn the_run_list_shows_runs_and_a_run_page_draws_its_dag_and_timeline() {
         {"id": "publish", "action": "noop", "depends_on": ["draft"], "approval": {"required": true}, "args": {}}]});
     let third = orchestrator.submit(waiting).await;
     orchestrator.wait_run(&third, "publish waits", LIMIT, |r| step(r, "publish")["status"] == "waiting_approval").await;
+    let (status, _) = orchestrator.put("/v1/recipients/ops", &json!({"channels": {"stdout": {}}})).await;
+    assert_eq!(status, 201, "the recipient is created");
+    let remind =
+        json!({"steps": [{"id": "remind", "action": "notify.send", "args": {"to": "ops", "text": "deployed"}}]});
+    let reminded = orchestrator.submit(remind).await;
+    orchestrator.wait_run(&reminded, "the reminder ends", LIMIT, ended).await;
     let dashboard = Dashboard::open(&orchestrator, 1280, 900).await;
 
     dashboard.wait_for(&format!("tr[data-run-id='{run_id}'][data-status='succeeded']")).await;
@@ -71,6 +77,9 @@ async fn the_run_list_shows_runs_and_a_run_page_draws_its_dag_and_timeline() {
     let bars = dashboard.script("return document.querySelectorAll('#timeline .tl-bar').length;").await;
     let args = dashboard.text_of("#step-detail pre").await;
     dashboard.screenshot("run-page").await;
+    dashboard.goto(&format!("/ui/runs/{reminded}")).await;
+    dashboard.wait_for("#step-deliveries tr[data-channel='stdout'][data-recipient='ops']").await;
+    let delivery = dashboard.text_of("#step-deliveries tbody tr").await;
     dashboard.close().await;
 
     assert_eq!(goal, "<b id=injected>bold</b> goal", "a goal is shown as text");
@@ -83,6 +92,9 @@ async fn the_run_list_shows_runs_and_a_run_page_draws_its_dag_and_timeline() {
     assert_eq!(edges, json!(["fetch>parse", "fetch>score", "parse>report", "score>report"]), "one edge per dependency");
     assert_eq!(bars, json!(4), "one timeline bar per attempt");
     assert!(args.contains("<img src=x onerror=alert(1)>"), "args are shown verbatim: {args}");
+    for shown in ["ops", "stdout", "delivered", "1"] {
+        assert!(delivery.contains(shown), "the step's delivery record shows `{shown}`: {delivery}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
