@@ -33,7 +33,7 @@ REPORT_OUTCOME_OUTCOME_UNKNOWN: ReportOutcome
 REPORT_OUTCOME_STALE: ReportOutcome
 
 class ActionDescriptor(_message.Message):
-    __slots__ = ("name", "version", "description", "args_schema_json", "output_schema_json", "effect", "grounded_args", "example_output_json")
+    __slots__ = ("name", "version", "description", "args_schema_json", "output_schema_json", "effect", "grounded_args", "example_output_json", "recipient_args")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class ActionDescriptor(_message.Message):
     EFFECT_FIELD_NUMBER: _ClassVar[int]
     GROUNDED_ARGS_FIELD_NUMBER: _ClassVar[int]
     EXAMPLE_OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENT_ARGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     description: str
@@ -50,7 +51,8 @@ class ActionDescriptor(_message.Message):
     effect: Effect
     grounded_args: _containers.RepeatedScalarFieldContainer[str]
     example_output_json: str
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., args_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., effect: _Optional[_Union[Effect, str]] = ..., grounded_args: _Optional[_Iterable[str]] = ..., example_output_json: _Optional[str] = ...) -> None: ...
+    recipient_args: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., args_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., effect: _Optional[_Union[Effect, str]] = ..., grounded_args: _Optional[_Iterable[str]] = ..., example_output_json: _Optional[str] = ..., recipient_args: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("worker_id", "actions", "protocol_version")
@@ -83,7 +85,7 @@ class Lease(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("lease", "action", "args_json", "idempotency_key", "remaining_ms", "timeout_ms", "heartbeat_timeout_ms", "checkpoint_json", "traceparent")
+    __slots__ = ("lease", "action", "args_json", "idempotency_key", "remaining_ms", "timeout_ms", "heartbeat_timeout_ms", "checkpoint_json", "traceparent", "recipients", "deliveries")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +95,8 @@ class Attempt(_message.Message):
     HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENTS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     lease: Lease
     action: str
     args_json: str
@@ -102,7 +106,59 @@ class Attempt(_message.Message):
     heartbeat_timeout_ms: int
     checkpoint_json: str
     traceparent: str
-    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., action: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., remaining_ms: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    recipients: _containers.RepeatedCompositeFieldContainer[AttemptRecipient]
+    deliveries: _containers.RepeatedCompositeFieldContainer[DeliveryRecord]
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., action: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., remaining_ms: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., traceparent: _Optional[str] = ..., recipients: _Optional[_Iterable[_Union[AttemptRecipient, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[DeliveryRecord, _Mapping]]] = ...) -> None: ...
+
+class AttemptRecipient(_message.Message):
+    __slots__ = ("id", "recipient_json")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    recipient_json: str
+    def __init__(self, id: _Optional[str] = ..., recipient_json: _Optional[str] = ...) -> None: ...
+
+class DeliveryRecord(_message.Message):
+    __slots__ = ("recipient_id", "channel", "status", "attempts", "last_error", "provider_message_id")
+    RECIPIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    recipient_id: str
+    channel: str
+    status: str
+    attempts: int
+    last_error: str
+    provider_message_id: str
+    def __init__(self, recipient_id: _Optional[str] = ..., channel: _Optional[str] = ..., status: _Optional[str] = ..., attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., provider_message_id: _Optional[str] = ...) -> None: ...
+
+class ReportDeliveryRequest(_message.Message):
+    __slots__ = ("worker_id", "lease", "recipient_id", "channel", "status", "tries", "last_error", "provider_message_id")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TRIES_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    lease: Lease
+    recipient_id: str
+    channel: str
+    status: str
+    tries: int
+    last_error: str
+    provider_message_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., recipient_id: _Optional[str] = ..., channel: _Optional[str] = ..., status: _Optional[str] = ..., tries: _Optional[int] = ..., last_error: _Optional[str] = ..., provider_message_id: _Optional[str] = ...) -> None: ...
+
+class ReportDeliveryResponse(_message.Message):
+    __slots__ = ("alive",)
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    alive: bool
+    def __init__(self, alive: bool = ...) -> None: ...
 
 class PollRequest(_message.Message):
     __slots__ = ("worker_id", "actions", "max_attempts", "wait_ms")

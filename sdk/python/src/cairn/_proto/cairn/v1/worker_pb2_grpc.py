@@ -64,6 +64,11 @@ class WorkerServiceStub(object):
                 request_serializer=cairn_dot_v1_dot_worker__pb2.FailRequest.SerializeToString,
                 response_deserializer=cairn_dot_v1_dot_worker__pb2.ReportResponse.FromString,
                 _registered_method=True)
+        self.ReportDelivery = channel.unary_unary(
+                '/cairn.v1.WorkerService/ReportDelivery',
+                request_serializer=cairn_dot_v1_dot_worker__pb2.ReportDeliveryRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_worker__pb2.ReportDeliveryResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer(object):
@@ -122,6 +127,18 @@ class WorkerServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportDelivery(self, request, context):
+        """Records one channel's outcome in the step's delivery ledger, as soon as it is known (see `Attempt.deliveries`).
+        Accepted from any attempt the step has had, current or not: a message an expired lease delivered was still
+        delivered, and recording it is what keeps the next attempt from sending it again. A delivered channel stays
+        delivered. Resending the same report is harmless (`tries` counts this attempt's tries so far). Answered with
+        `alive = false` when the lease is no longer current: stop the attempt. NOT_FOUND when the step never had
+        that attempt.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -154,6 +171,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Fail,
                     request_deserializer=cairn_dot_v1_dot_worker__pb2.FailRequest.FromString,
                     response_serializer=cairn_dot_v1_dot_worker__pb2.ReportResponse.SerializeToString,
+            ),
+            'ReportDelivery': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportDelivery,
+                    request_deserializer=cairn_dot_v1_dot_worker__pb2.ReportDeliveryRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_worker__pb2.ReportDeliveryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -318,6 +340,33 @@ class WorkerService(object):
             '/cairn.v1.WorkerService/Fail',
             cairn_dot_v1_dot_worker__pb2.FailRequest.SerializeToString,
             cairn_dot_v1_dot_worker__pb2.ReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportDelivery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.WorkerService/ReportDelivery',
+            cairn_dot_v1_dot_worker__pb2.ReportDeliveryRequest.SerializeToString,
+            cairn_dot_v1_dot_worker__pb2.ReportDeliveryResponse.FromString,
             options,
             channel_credentials,
             insecure,
