@@ -116,7 +116,7 @@ async fn d21_a_wait_whose_start_lost_its_commit_answer_still_times_out_at_30_s()
         .submit(json!({"steps": [
             {"id": "paid", "action": "event.wait",
              "args": {"name": "payment.captured", "key": "o-1", "timeout_ms": 30000}},
-            {"id": "after", "action": "notify.send", "args": {"channels": ["app"], "text": "continue"},
+            {"id": "after", "action": "notify.send", "args": {"channels": ["stdout"], "text": "continue"},
              "depends_on": ["paid"]}]}))
         .await;
     assert_lost(&armed, "started the wait");
@@ -159,7 +159,7 @@ async fn d21_an_approval_whose_entry_lost_its_commit_answer_still_times_out_at_3
     let run = app
         .submit(json!({"steps": [
             {"id": "prep", "action": "noop", "args": {}},
-            {"id": "gate", "action": "notify.send", "args": {"channels": ["app"], "text": "deploy"},
+            {"id": "gate", "action": "notify.send", "args": {"channels": ["stdout"], "text": "deploy"},
              "depends_on": ["prep"], "approval": {"required": true, "timeout_ms": 30000, "on_timeout": "fail"}}]}))
         .await;
     let prep = claim_one(&app, "noop").await;
@@ -201,7 +201,7 @@ async fn d21_a_not_before_step_whose_release_lost_its_commit_answer_starts_at_30
     let run = app
         .submit(json!({"steps": [
             {"id": "prep", "action": "noop", "args": {}},
-            {"id": "later", "action": "notify.send", "args": {"channels": ["app"], "text": "later"},
+            {"id": "later", "action": "notify.send", "args": {"channels": ["stdout"], "text": "later"},
              "depends_on": ["prep"], "not_before": "+30s"}]}))
         .await;
     let due = app.now_ms() + 30_000;
