@@ -175,9 +175,9 @@ fn spec(name: &str, description: &str, effect: Effect, args_schema: Value, outpu
     }
 }
 
-/// The args of `notify.send` as the validator knows them without a worker (the worker's own schema is the same
-/// shape, derived from its args type).
-fn notify_args_schema() -> Value {
+/// The args of `notify.send` as the validator knows them, without a worker or with one: its worker registers
+/// this schema as it is.
+pub fn notify_args_schema() -> Value {
     let channel = json!({"enum": crate::recipient::ChannelType::names()});
     json!({"type": "object", "required": ["text"], "properties": {
         "text": {"type": "string"}, "title": {"type": "string"},

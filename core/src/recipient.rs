@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::catalog::ActionCatalog;
 use serde_json::Value;
 
 use crate::text::{Field, TextError};
@@ -376,12 +378,45 @@ pub fn named_in<'a>(pointers: &[String], args: &'a Value) -> Vec<&'a str> {
     ids
 }
 
+/// The literal recipient ids a plan document's steps name, each once, at most `max`: for every step whose action
+/// `catalog` knows with `recipient_args`, the ids at those pointers that pass the id rules (a placeholder does
+/// not). Lenient over a malformed plan: it names what it can. What a validation looks up before it runs, so
+/// that [`ActionCatalog::recipient_exists`] can answer for them.
+pub fn literal_ids(plan: &Value, catalog: &dyn ActionCatalog, max: usize) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    let steps = plan.get("steps").and_then(Value::as_array).into_iter().flatten();
+    for step in steps {
+        let Some(entry) = step.get("action").and_then(Value::as_str).and_then(|a| catalog.get(a)) else { continue };
+        let args = step.get("args").unwrap_or(&Value::Null);
+        for id in named_in(&entry.spec().recipient_args, args) {
+            if ids.len() == max {
+                return ids;
+            }
+            if check_id(id).is_ok() && !ids.iter().any(|seen| seen == id) {
+                ids.push(id.to_owned());
+            }
+        }
+    }
+    ids
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_plans_literal_ids_skip_placeholders_and_actions_without_recipients() {
+        let catalog = crate::catalog::StaticCatalog::builtin();
+        let plan = json!({"steps": [
+            {"id": "a", "action": "notify.send", "args": {"to": ["alice", "$who.output.id", "bob"], "text": "t"}},
+            {"id": "b", "action": "noop", "args": {"to": "carol"}},
+            {"id": "c", "action": "notify.send", "args": {"to": "alice", "text": "t"}}]});
+        assert_eq!(literal_ids(&plan, &catalog, 10), ["alice", "bob"]);
+        assert_eq!(literal_ids(&plan, &catalog, 1), ["alice"]);
+    }
 
     #[test]
     fn the_ids_args_name_come_once_in_order() {

@@ -104,19 +104,7 @@ impl LiveCatalog {
 
     /// Looks up the literal recipient ids `plan`'s steps name (a store error is logged and nothing is checked).
     async fn recipients_seen(&self, snapshot: &Snapshot, plan: &Value) -> RecipientsSeen {
-        let mut ids: Vec<String> = Vec::new();
-        for step in steps_of(plan) {
-            let Some(entry) = step.get("action").and_then(Value::as_str).and_then(|a| snapshot.get(a)) else {
-                continue;
-            };
-            let args = step.get("args").unwrap_or(&Value::Null);
-            for id in recipient::named_in(&entry.spec().recipient_args, args) {
-                if recipient::check_id(id).is_ok() && !ids.iter().any(|seen| seen == id) {
-                    ids.push(id.to_owned());
-                }
-            }
-        }
-        ids.truncate(MAX_RECIPIENTS_LOOKED_UP);
+        let ids = recipient::literal_ids(plan, snapshot, MAX_RECIPIENTS_LOOKED_UP);
         if ids.is_empty() {
             return RecipientsSeen::default();
         }
@@ -188,12 +176,7 @@ impl LiveCatalog {
     }
 }
 
-/// The steps of a plan document (leniently: a malformed plan has what it can).
-fn steps_of(plan: &Value) -> impl Iterator<Item = &Value> {
-    plan.get("steps").and_then(Value::as_array).into_iter().flatten()
-}
-
-/// The action names a plan document's steps use.
+/// The action names a plan document's steps use (leniently: a malformed plan names what it can).
 fn actions_of(plan: &Value) -> impl Iterator<Item = &str> {
-    steps_of(plan).filter_map(|s| s.get("action")?.as_str())
+    plan.get("steps").and_then(Value::as_array).into_iter().flatten().filter_map(|s| s.get("action")?.as_str())
 }

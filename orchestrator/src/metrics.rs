@@ -2,12 +2,13 @@
 //!
 //! Two sources:
 //! - **The database**, read at each scrape ([`cairn_store::Store::stats`]): runs and steps by status, attempts and
-//!   failures by action and failure code, delivery ledger records by channel and outcome, the ready queue,
-//!   active leases, due timers. These are the same from every orchestrator sharing the database and survive
-//!   restarts; the attempt, failure and delivery "counters" are counts over the retained history.
+//!   failures by action and failure code, the ready queue, active leases, due timers. These are the same from
+//!   every orchestrator sharing the database and survive restarts; the attempt and failure "counters" are
+//!   counts over the retained history.
 //! - **This process**, observed as it works: the dispatch latency (claim time minus the time the step became
-//!   claimable) and the attempt duration (claim to report) histograms, and the workers heard from (poll,
-//!   heartbeat, report) within one lease TTL. With several orchestrators, sum these across them.
+//!   claimable) and the attempt duration (claim to report) histograms, the delivery outcomes workers reported
+//!   (`cairn_deliveries_total`), and the workers heard from (poll, heartbeat, report) within one lease TTL.
+//!   With several orchestrators, sum these across them.
 //!
 //! Times come from the engine's clock, like every decision the engine makes. Failed logins on either API are
 //! counted here by [`crate::auth::login_failed`].
@@ -47,6 +48,7 @@ pub struct Metrics {
     one_call: IntCounterVec,
     completions: IntCounterVec,
     auth_failures: IntCounterVec,
+    deliveries: IntCounterVec,
     /// Worker id → when it was last heard from (epoch ms).
     workers: Mutex<HashMap<String, i64>>,
 }
@@ -111,11 +113,21 @@ impl Metrics {
             &["api"],
         )
         .expect("constant metric names and labels are valid");
+        let deliveries = IntCounterVec::new(
+            Opts::new(
+                "cairn_deliveries_total",
+                "Channel outcomes recorded in the delivery ledger, by channel type and outcome (`delivered`: a \
+                 (run, step, recipient, channel) delivered for the first time; `failed`: an attempt's tries on a \
+                 channel failed). Channels skipped as already delivered are in the step's output, not here.",
+            ),
+            &["channel", "outcome"],
+        )
+        .expect("constant metric names and labels are valid");
         let registry = Registry::new();
         for collector in [&dispatch_latency, &step_duration] {
             registry.register(Box::new(collector.clone())).expect("each metric is registered once");
         }
-        for collector in [&one_call, &completions, &auth_failures] {
+        for collector in [&one_call, &completions, &auth_failures, &deliveries] {
             registry.register(Box::new(collector.clone())).expect("each metric is registered once");
         }
         for call in ["complete", "complete_batch"] {
@@ -137,6 +149,7 @@ impl Metrics {
             one_call,
             completions,
             auth_failures,
+            deliveries,
             workers: Mutex::default(),
         }
     }
@@ -145,6 +158,11 @@ impl Metrics {
     /// [`crate::auth::login_failed`].
     pub fn auth_failures(&self, api: Api) -> IntCounter {
         self.auth_failures.with_label_values(&[api.as_str()])
+    }
+
+    /// A channel's outcome was recorded: `delivered` or `failed`.
+    pub fn delivery(&self, channel: &str, outcome: &str) {
+        self.deliveries.with_label_values(&[channel, outcome]).inc();
     }
 
     /// `count` completions arrived in one `call` (`complete` or `complete_batch`).
@@ -295,20 +313,6 @@ fn database_metrics(registry: &Registry, stats: &StoreStats, now_ms: i64) {
     register(registry, &failures);
     for row in &stats.failures {
         failures.with_label_values(&[row.action.as_str(), row.code.as_str()]).inc_by(count(row.count));
-    }
-    let deliveries = IntCounterVec::new(
-        Opts::new(
-            "cairn_deliveries_total",
-            "Delivery ledger records (one per run, step, recipient and channel), by channel type and outcome \
-             (`delivered`; `failed`: its last try failed). Channels skipped as already delivered are in the step's \
-             output, not here.",
-        ),
-        &["channel", "outcome"],
-    )
-    .expect("a valid metric");
-    register(registry, &deliveries);
-    for row in &stats.deliveries {
-        deliveries.with_label_values(&[row.channel.as_str(), row.status.as_str()]).inc_by(count(row.count));
     }
     gauge(registry, "cairn_queue_depth", "Ready steps due now, waiting for a worker.", stats.queue_depth);
     let oldest = Gauge::new(

@@ -1,5 +1,5 @@
-//! Aggregate reads for the orchestrator's `/metrics`: counts by status, attempts and failures by action, delivery
-//! records by channel, the ready queue, leases and due timers. Same SQL on both backends; nothing here locks (plain reads at the
+//! Aggregate reads for the orchestrator's `/metrics`: counts by status, attempts and failures by action, the
+//! ready queue, leases and due timers. Same SQL on both backends; nothing here locks (plain reads at the
 //! backend's default isolation, so the numbers of one scrape may straddle a concurrent commit).
 //!
 //! Cost: the per-status and per-action counts scan their tables (`runs` through `runs_status_created_idx`,
@@ -27,9 +27,6 @@ const ATTEMPTS_BY_ACTION: &str = "SELECT action, status, COUNT(*) FROM attempts 
 /// Failed attempts by action and failure code. Scans `attempts`.
 const FAILURES_BY_CODE: &str = "SELECT action, failure_code, COUNT(*) FROM attempts \
      WHERE failure_code IS NOT NULL GROUP BY action, failure_code";
-
-/// Delivery ledger records by channel and status. Scans `deliveries`.
-const DELIVERIES_BY_CHANNEL: &str = "SELECT channel, status, COUNT(*) FROM deliveries GROUP BY channel, status";
 
 /// Ready steps due at `$1` and the earliest due time among them. Index: `steps_ready_idx`.
 const READY_QUEUE: &str = "SELECT COUNT(*), MIN(available_at) FROM steps WHERE status = 'ready' AND available_at <= $1";
@@ -73,17 +70,6 @@ pub struct FailureCount {
     pub count: i64,
 }
 
-/// Delivery ledger records of one channel type in one status (`delivered`, `failed`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeliveryCount {
-    /// Channel type (`telegram`, `email`, …).
-    pub channel: String,
-    /// Ledger status.
-    pub status: String,
-    /// How many (run, step, recipient, channel) records.
-    pub count: i64,
-}
-
 /// What `/metrics` reads from the database at one instant `now`. Times are epoch milliseconds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreStats {
@@ -95,8 +81,6 @@ pub struct StoreStats {
     pub attempts: Vec<AttemptCount>,
     /// Failed attempts by action and failure code (monotonic while history is retained).
     pub failures: Vec<FailureCount>,
-    /// Delivery ledger records by channel and status (a record moves from `failed` to `delivered` at most once).
-    pub deliveries: Vec<DeliveryCount>,
     /// Ready steps due now: the dispatch queue.
     pub queue_depth: i64,
     /// The earliest `available_at` among the due ready steps (`None` when the queue is empty).
@@ -121,7 +105,7 @@ macro_rules! fetch {
 }
 
 impl Store {
-    /// Counts for `/metrics` as of `now_ms` (see [`StoreStats`]). Eight read statements, no transaction.
+    /// Counts for `/metrics` as of `now_ms` (see [`StoreStats`]). Seven read statements, no transaction.
     ///
     /// # Errors
     /// [`crate::StoreError::Database`] (retryable: scrape again).
@@ -130,8 +114,6 @@ impl Store {
         let steps: Vec<(String, i64)> = fetch!(self, fetch_all, (String, i64), STEPS_BY_STATUS);
         let attempts: Vec<(String, String, i64)> = fetch!(self, fetch_all, (String, String, i64), ATTEMPTS_BY_ACTION);
         let failures: Vec<(String, String, i64)> = fetch!(self, fetch_all, (String, String, i64), FAILURES_BY_CODE);
-        let deliveries: Vec<(String, String, i64)> =
-            fetch!(self, fetch_all, (String, String, i64), DELIVERIES_BY_CHANNEL);
         let (queue_depth, oldest_ready_due_ms): (i64, Option<i64>) =
             fetch!(self, fetch_one, (i64, Option<i64>), READY_QUEUE, now_ms);
         let (active_leases,): (i64,) = fetch!(self, fetch_one, (i64,), ACTIVE_LEASES, now_ms);
@@ -146,10 +128,6 @@ impl Store {
                 })
                 .collect::<StoreResult<_>>()?,
             failures: failures.into_iter().map(|(action, code, count)| FailureCount { action, code, count }).collect(),
-            deliveries: deliveries
-                .into_iter()
-                .map(|(channel, status, count)| DeliveryCount { channel, status, count })
-                .collect(),
             queue_depth,
             oldest_ready_due_ms,
             active_leases,

@@ -108,6 +108,12 @@ pub trait Action: Send + Sync + 'static {
     fn recipient_args(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The args schema the orchestrator validates plans against; `None` derives it from `Self::Args`. A built-in
+    /// whose spec Cairn's core also carries returns that one, so a plan is judged (and its errors worded) the same
+    /// whether the orchestrator has heard from a worker yet or not.
+    fn args_schema(&self) -> Option<Value> {
+        None
+    }
     /// An example output, shown to planners and plan previews.
     fn example_output(&self) -> Option<Self::Output> {
         None
@@ -137,7 +143,9 @@ impl<A: Action> DynAction for A {
             name: A::NAME.into(),
             version: A::VERSION.into(),
             description: A::DESCRIPTION.into(),
-            args_schema: serde_json::to_value(schemars::schema_for!(A::Args)).unwrap_or(Value::Bool(true)),
+            args_schema: self
+                .args_schema()
+                .unwrap_or_else(|| serde_json::to_value(schemars::schema_for!(A::Args)).unwrap_or(Value::Bool(true))),
             output_schema: serde_json::to_value(schemars::schema_for!(A::Output)).unwrap_or(Value::Bool(true)),
             effect: A::EFFECT,
             grounded_args: self.grounded_args(),

@@ -82,9 +82,10 @@ pub async fn run(args: &Args, mut settings: Settings) -> anyhow::Result<ExitCode
     outcome
 }
 
-/// The recipient the demo plans send to, `me`, bound to the development channels: a line on standard output and
-/// a JSON line in the worker's notification file (`CAIRN_NOTIFY_FILE`).
-const DEMO_RECIPIENT: &str = "me";
+/// The recipient the demo plan sends to, bound to the development channels: a line on standard output and a JSON
+/// line in the worker's notification file (`CAIRN_NOTIFY_FILE`). Its own id, so the demo never rebinds a
+/// recipient of the user's (`me` of the real reminder) in the same database.
+const DEMO_RECIPIENT: &str = "demo";
 
 async fn bind_demo_recipient(client: &Client, json: bool) -> anyhow::Result<()> {
     let body = json!({"channels": {"stdout": {}, "file": {}}, "timezone": "Asia/Shanghai"});

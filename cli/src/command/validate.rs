@@ -3,7 +3,9 @@
 //! Offline (the default) plans are checked against Cairn's built-in actions, so an action of your own is
 //! `unknown_action`. `--server URL` checks against the catalog a running orchestrator holds (built-ins and every
 //! action a worker registered; token from `CAIRN_API_TOKEN`), `--catalog FILE` against a file in the
-//! `GET /v1/actions` format (`{"actions": [spec, …]}`, or the array alone).
+//! `GET /v1/actions` format (`{"actions": [spec, …]}`, or the array alone). With `--server`, the literal recipients
+//! a plan sends to are looked up too (`GET /v1/recipients/{id}`), so a missing one is `unknown_recipient` as at
+//! submit.
 //!
 //! Exit 0 when every file is valid, 1 when any is invalid, 2 when a file cannot be read or the server cannot be
 //! reached.
@@ -13,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use cairn_core::catalog::{ActionSpec, StaticCatalog};
+use cairn_core::catalog::{ActionCatalog, ActionSpec, CatalogEntry, StaticCatalog};
 use cairn_core::diagnostic::{Diagnostic, Severity};
 use cairn_core::document::Format;
 use cairn_core::validate::{Limits, Report, validate_text};
@@ -57,7 +59,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     for file in &args.files {
         let (name, text) = read(file)?;
         let format = Format::detect(Some(&name), &text);
-        let report = validate_text(&text, format, &catalog, &limits);
+        let known = match &args.server {
+            Some(server) => KnownRecipients::of(server, &text, format, &catalog)?,
+            None => KnownRecipients::default(),
+        };
+        let report = validate_text(&text, format, &WithRecipients { catalog: &catalog, known }, &limits);
         all_valid &= report.valid;
         match args.format {
             OutputFormat::Json => print_json(&name, &report)?,
@@ -74,6 +80,63 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(crate::exit::code(if all_valid { crate::exit::OK } else { crate::exit::NOT_VALID }))
+}
+
+/// Most recipients looked up per plan, as the orchestrator does at submit.
+const MAX_RECIPIENTS_LOOKED_UP: usize = 1000;
+
+/// The literal recipient ids of one plan that were asked of the server, and which of them exist.
+#[derive(Debug, Default)]
+struct KnownRecipients {
+    checked: Vec<String>,
+    existing: Vec<String>,
+}
+
+impl KnownRecipients {
+    /// Asks `server` for each literal recipient of the plan in `text` (one it cannot parse names none).
+    fn of(server: &str, text: &str, format: Format, catalog: &StaticCatalog) -> anyhow::Result<Self> {
+        let Ok(plan) = cairn_core::document::parse(text, format) else { return Ok(Self::default()) };
+        let checked = cairn_core::recipient::literal_ids(&plan, catalog, MAX_RECIPIENTS_LOOKED_UP);
+        if checked.is_empty() {
+            return Ok(Self::default());
+        }
+        let token = std::env::var("CAIRN_API_TOKEN").ok().filter(|t| !t.is_empty()).map(Into::into);
+        let client = crate::client::Client::new(server, token)?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let existing = runtime.block_on(async {
+            let mut existing = Vec::new();
+            for id in &checked {
+                let (status, body) = client.call(reqwest::Method::GET, &format!("/v1/recipients/{id}"), None).await?;
+                match status.as_u16() {
+                    200 => existing.push(id.clone()),
+                    404 => {}
+                    _ => {
+                        crate::client::ok(status, body)?;
+                    }
+                }
+            }
+            anyhow::Ok(existing)
+        })?;
+        Ok(Self { checked, existing })
+    }
+}
+
+/// A catalog that also knows which recipients exist.
+struct WithRecipients<'a> {
+    catalog: &'a StaticCatalog,
+    known: KnownRecipients,
+}
+
+impl ActionCatalog for WithRecipients<'_> {
+    fn get(&self, name: &str) -> Option<&CatalogEntry> {
+        self.catalog.get(name)
+    }
+    fn names(&self) -> Vec<&str> {
+        self.catalog.names()
+    }
+    fn recipient_exists(&self, id: &str) -> Option<bool> {
+        self.known.checked.iter().any(|c| c == id).then(|| self.known.existing.iter().any(|e| e == id))
+    }
 }
 
 /// The actions to validate against: the built-ins, or a server's or a file's catalog.

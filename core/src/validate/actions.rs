@@ -114,10 +114,14 @@ fn recipients(
         }
         let pointer = format!("{args_at}{leaf}");
         let problem = match recipient::check_id(id) {
-            Err(e) => Some((e.to_string(), "recipient ids are 1 to 128 characters of A-Z, a-z, 0-9, `_.:@-`")),
+            Err(e) => {
+                Some((e.to_string(), "recipient ids are 1 to 128 characters of A-Z, a-z, 0-9, `_.:@-`".to_owned()))
+            }
             Ok(()) if catalog.recipient_exists(id) == Some(false) => Some((
                 format!("step `{step_id}` sends to recipient `{id}`, which does not exist"),
-                "create it first: `cairn recipient set <id> --channel telegram:chat_id=…` or PUT /v1/recipients/{id}",
+                format!(
+                    "create it first: `cairn recipient set {id} --channel telegram:chat_id=…` or PUT /v1/recipients/{id}"
+                ),
             )),
             Ok(()) => None,
         };

@@ -6,7 +6,7 @@
 //! was still delivered, and the ledger must say so, or the next attempt sends it again. Whether the reporting
 //! attempt still counts is answered separately (its lease is extended as by a heartbeat).
 
-use cairn_core::delivery::{DeliveryRecord, DeliveryReport};
+use cairn_core::delivery::{DeliveryRecord, DeliveryReport, DeliveryStatus};
 use cairn_core::recipient;
 use cairn_store::{DeliveryRecorded, DeliveryWrite, HeartbeatOutcome, Lease, StoreResult};
 use serde_json::Value;
@@ -89,10 +89,14 @@ impl Engine {
         };
         match self.store().delivery_record(&write).await? {
             DeliveryRecorded::NoSuchAttempt => Ok(DeliveryAnswer::NoSuchAttempt),
-            DeliveryRecorded::Recorded { newly_delivered, .. } => {
+            DeliveryRecorded::Recorded { newly_delivered, added_tries, .. } => {
                 if newly_delivered {
                     tracing::info!(run_id = %lease.run_id, step_id = %lease.step_id, recipient = %report.recipient_id,
                         channel = %report.channel, "delivered");
+                    self.metrics().delivery(&report.channel, "delivered");
+                } else if report.status == DeliveryStatus::Failed && added_tries > 0 {
+                    // A resent report adds no tries, so each attempt's failure on a channel counts once.
+                    self.metrics().delivery(&report.channel, "failed");
                 }
                 let alive = matches!(self.heartbeat(lease, None).await?, HeartbeatOutcome::Extended { .. });
                 Ok(DeliveryAnswer::Recorded { alive })

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use cairn_core::clock::ManualClock;
-use cairn_tests::http::HttpApp;
+use cairn_tests::http::{HttpApp, TempDir, cairn};
 use cairn_tests::{Backend, on_both_backends};
 use serde_json::{Value, json};
 
@@ -116,4 +116,23 @@ async fn a_plan_naming_a_missing_recipient_or_an_unknown_channel_is_refused_at_s
     assert_eq!(status, 201, "{backend:?}: a recipient from a placeholder is resolved at dispatch: {accepted:#}");
     let (status, ok) = app.post("/v1/runs", &json!({"plan": reminder_to(json!("alice"), None)})).await;
     assert_eq!(status, 201, "{backend:?}: an existing recipient is accepted: {ok:#}");
+}
+
+on_both_backends!(cairn_validate_with_a_server_checks_literal_recipients_as_submit_does);
+async fn cairn_validate_with_a_server_checks_literal_recipients_as_submit_does(backend: Backend) {
+    let app = app(backend).await;
+    assert_eq!(put(&app, "alice", &json!({"channels": {"stdout": {}}})).await.0, 201);
+    let dir = TempDir::new();
+    let plan = dir.path().join("remind.json");
+    std::fs::write(&plan, reminder_to(json!(["alice", "nobody"]), None).to_string()).unwrap();
+    let plan = plan.display().to_string();
+
+    let checked = cairn(dir.path(), &["validate", "--server", &app.base_url, &plan]).await;
+    let offline = cairn(dir.path(), &["validate", &plan]).await;
+
+    assert_eq!(checked.code, Some(1), "{backend:?}: the missing recipient makes it invalid: {checked:?}");
+    assert!(checked.stdout.contains("unknown_recipient") && checked.stdout.contains("nobody"), "{}", checked.stdout);
+    assert!(checked.stdout.contains("cairn recipient set nobody"), "the hint names the id: {}", checked.stdout);
+    assert!(!checked.stdout.contains("`alice`"), "an existing recipient is fine: {}", checked.stdout);
+    assert_eq!(offline.code, Some(0), "offline, recipients are not known and not checked: {offline:?}");
 }

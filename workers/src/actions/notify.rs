@@ -199,6 +199,10 @@ impl Action for NotifySend {
         vec!["/to".into()]
     }
 
+    fn args_schema(&self) -> Option<Value> {
+        Some(cairn_core::catalog::notify_args_schema())
+    }
+
     async fn run(&self, args: NotifyArgs, ctx: &ActionContext) -> Result<NotifyOutput, ActionError> {
         let channels = args.channels()?;
         let ids = args.recipient_ids()?;
