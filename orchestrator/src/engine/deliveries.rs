@@ -35,8 +35,16 @@ pub enum DeliveryAnswer {
 }
 
 impl Engine {
-    /// The recipients and the ledger for an attempt of step `run_id/step_id` running `action` with resolved `args`; `None` when the action
-    /// names no recipients (`recipient_args` empty or the action unknown here).
+    /// The `recipient_args` of `action` when it names recipients (it delivers messages), else `None`: the one
+    /// question asked of every attempt handed out, so it reads the catalog's current view and nothing else.
+    pub fn recipient_args_of(&self, action: &str) -> Option<Vec<String>> {
+        let catalog = self.catalog().snapshot();
+        let pointers = &cairn_core::catalog::ActionCatalog::get(&catalog, action)?.spec().recipient_args;
+        (!pointers.is_empty()).then(|| pointers.clone())
+    }
+
+    /// The recipients and the ledger for an attempt of step `run_id/step_id` whose resolved `args` name
+    /// recipients at `pointers` (its action's [`Engine::recipient_args_of`]).
     ///
     /// # Errors
     /// Store errors: the attempt must not run without its ledger, or it could send again what was delivered.
@@ -44,15 +52,9 @@ impl Engine {
         &self,
         run_id: &str,
         step_id: &str,
-        action: &str,
+        pointers: &[String],
         args: &Value,
-    ) -> StoreResult<Option<AttemptDeliveries>> {
-        let catalog = self.catalog().snapshot();
-        let Some(entry) = cairn_core::catalog::ActionCatalog::get(&catalog, action) else { return Ok(None) };
-        let pointers = &entry.spec().recipient_args;
-        if pointers.is_empty() {
-            return Ok(None);
-        }
+    ) -> StoreResult<AttemptDeliveries> {
         let ids: Vec<String> = recipient::named_in(pointers, args)
             .into_iter()
             .take(recipient::MAX_RECIPIENTS_PER_STEP)
@@ -67,7 +69,7 @@ impl Engine {
             })
             .collect();
         let rows = self.store().step_deliveries(run_id, step_id).await?;
-        Ok(Some(AttemptDeliveries { recipients, ledger: rows.iter().map(|r| r.record()).collect() }))
+        Ok(AttemptDeliveries { recipients, ledger: rows.iter().map(|r| r.record()).collect() })
     }
 
     /// Records one channel's outcome reported under `lease`.

@@ -35,12 +35,11 @@ impl WorkerGrpc {
 
     async fn add_to(&self, attempt: &mut Attempt) -> StoreResult<()> {
         let Some(l) = &attempt.lease else { return Ok(()) };
-        let (run_id, step_id) = (l.run_id.as_str(), l.step_id.as_str());
+        // Most attempts deliver nothing: only those of an action with `recipient_args` have their args read.
+        let Some(pointers) = self.engine.recipient_args_of(&attempt.action) else { return Ok(()) };
         let args = serde_json::from_str(&attempt.args_json).unwrap_or_default();
-        let Some(found) = self.engine.attempt_deliveries(run_id, step_id, &attempt.action, &args).await? else {
-            return Ok(());
-        };
-        let AttemptDeliveries { recipients, ledger } = found;
+        let AttemptDeliveries { recipients, ledger } =
+            self.engine.attempt_deliveries(&l.run_id, &l.step_id, &pointers, &args).await?;
         attempt.recipients =
             recipients.into_iter().map(|(id, recipient_json)| pb::AttemptRecipient { id, recipient_json }).collect();
         attempt.deliveries = ledger
